@@ -1,0 +1,96 @@
+"""The one boundary between redis-py and tidegate.
+
+Clients are built from URLs here (``redis://``, ``rediss://`` for TLS, ``user:password@``
+for AUTH/ACL), Lua package data is loaded here, and redis-py's exceptions are
+translated here into :class:`~tidegate.errors.BackendUnavailable` /
+:class:`~tidegate.errors.BackendError`, so nothing above this module catches a
+redis-py type.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.resources
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+import redis.exceptions
+
+from tidegate.errors import BackendError, BackendUnavailable, ConfigurationError
+
+__all__ = [
+    "async_client_from_url",
+    "client_from_url",
+    "lua_script",
+    "map_redis_errors",
+    "redact_url",
+]
+
+_SCHEMES = ("redis", "rediss", "unix")
+#: Socket timeouts keep a dead Redis from hanging a worker forever: a decision that
+#: cannot be made within this is a BackendUnavailable, and the gate fails closed.
+_SOCKET_TIMEOUT_S = 5.0
+
+
+def _check_url(url: str) -> None:
+    scheme = urlsplit(url).scheme
+    if scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"unsupported Redis URL scheme {scheme!r} in {redact_url(url)}; use redis://, rediss:// "
+            "or unix://"
+        )
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with any password replaced by ``***`` (safe to print or log)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def client_from_url(url: str, **kwargs: object) -> redis.Redis:
+    """A sync client for ``url`` with tidegate's timeouts (override with ``kwargs``)."""
+    _check_url(url)
+    options: dict[str, object] = {
+        "socket_timeout": _SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": _SOCKET_TIMEOUT_S,
+        "health_check_interval": 30,
+    }
+    options.update(kwargs)
+    return redis.Redis.from_url(url, **options)  # type: ignore[arg-type]
+
+
+def async_client_from_url(url: str, **kwargs: object) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`client_from_url`."""
+    _check_url(url)
+    options: dict[str, object] = {
+        "socket_timeout": _SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": _SOCKET_TIMEOUT_S,
+    }
+    options.update(kwargs)
+    return redis.asyncio.Redis.from_url(url, **options)  # type: ignore[arg-type]
+
+
+@functools.cache
+def lua_script(name: str) -> str:
+    """The text of ``tidegate/flow/backends/lua/<name>.lua`` (read once per process)."""
+    resource = importlib.resources.files("tidegate.flow.backends").joinpath("lua", f"{name}.lua")
+    return resource.read_text(encoding="utf-8")
+
+
+@contextlib.contextmanager
+def map_redis_errors(operation: str) -> Iterator[None]:
+    """Translate redis-py errors raised inside the block into tidegate's tree."""
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+        raise BackendUnavailable(f"Redis unreachable during {operation}: {exc}") from exc
+    except redis.exceptions.RedisError as exc:
+        raise BackendError(f"Redis error during {operation}: {exc}") from exc

@@ -1,0 +1,132 @@
+"""The one error tree of tidegate.
+
+Every error tidegate raises on purpose derives from :class:`TidegateError`, so a caller
+can catch the whole family in one place. Third-party errors (redis-py, httpx) are
+translated at a single boundary each and chained with ``raise ... from exc``::
+
+    TidegateError
+    ├── ConfigurationError           (also a ValueError: bad rate, burst, watermarks, URLs)
+    ├── BackendError                 (the shared state store misbehaved)
+    │   └── BackendUnavailable       (Redis unreachable; the gate fails closed)
+    ├── Throttled                    (the gate will not admit within max_wait)
+    ├── DownstreamError              (the system behind the gate answered badly)
+    │   ├── DownstreamThrottled      (429 with Retry-After: pause the whole fleet)
+    │   ├── DownstreamUnavailable    (503, refused, timed out: transient, back off)
+    │   └── DownstreamRejected       (other 4xx: unrecoverable, dead-letter)
+    ├── DeadLettered                 (a unit was moved to the dead-letter queue)
+    ├── LoadShed                     (a document was quarantined instead of queued)
+    └── EdifactError                 (input is not EDIFACT we can read; see tidegate.edi.errors)
+
+``Throttled`` and the downstream errors carry ``retry_after`` / ``wait_s`` so that code
+deciding what to do next never has to parse a message string.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailable",
+    "ConfigurationError",
+    "DeadLettered",
+    "DownstreamError",
+    "DownstreamRejected",
+    "DownstreamThrottled",
+    "DownstreamUnavailable",
+    "EdifactError",
+    "LoadShed",
+    "Throttled",
+    "TidegateError",
+]
+
+
+class TidegateError(Exception):
+    """Root of every error tidegate raises on purpose."""
+
+
+class ConfigurationError(TidegateError, ValueError):
+    """A setting or argument is invalid; the message names the offending value.
+
+    It is also a :class:`ValueError`, so ``RateLimiter(rate=0)`` fails the way any
+    Python API fails on a bad argument.
+    """
+
+
+class BackendError(TidegateError):
+    """The shared state store (Redis) returned an error we cannot act on."""
+
+
+class BackendUnavailable(BackendError):
+    """The shared state store could not be reached.
+
+    The gate fails closed on this by default: admitting work without the fleet-wide
+    count would let every worker send at once, which is the failure tidegate exists
+    to prevent.
+    """
+
+
+class Throttled(TidegateError):
+    """The gate cannot admit the request within the caller's ``max_wait``.
+
+    Nothing was consumed. ``wait_s`` is how long the caller would have had to wait
+    (a lower bound when ``reason`` is ``"concurrency"``: a slot may free earlier).
+    """
+
+    def __init__(self, name: str, wait_s: float, *, reason: str = "rate") -> None:
+        self.name = name
+        self.wait_s = wait_s
+        self.reason = reason
+        super().__init__(f"gate {name!r} throttled ({reason}): next admission in {wait_s:.3f}s")
+
+
+class DownstreamError(TidegateError):
+    """A downstream call failed; subclasses say whether to wait, retry or give up."""
+
+    #: Whether retrying the same request later can succeed.
+    transient: bool = False
+
+    def __init__(self, downstream: str, message: str, *, status: int | None = None) -> None:
+        self.downstream = downstream
+        self.status = status
+        super().__init__(f"{downstream}: {message}")
+
+
+class DownstreamThrottled(DownstreamError):
+    """The downstream said 429; ``retry_after`` seconds is its requested pause."""
+
+    transient = True
+
+    def __init__(self, downstream: str, retry_after: float, *, status: int | None = 429) -> None:
+        self.retry_after = retry_after
+        super().__init__(downstream, f"throttled, retry after {retry_after:.3f}s", status=status)
+
+
+class DownstreamUnavailable(DownstreamError):
+    """503, connection refused or timeout: transient, retry with backoff."""
+
+    transient = True
+
+
+class DownstreamRejected(DownstreamError):
+    """The downstream refused the document itself (4xx other than 429): do not retry."""
+
+
+class DeadLettered(TidegateError):
+    """A unit was moved to the dead-letter queue with ``reason``; nothing was lost."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"dead-lettered {key}: {reason}")
+
+
+class LoadShed(TidegateError):
+    """A sheddable document was quarantined instead of queued; it will be replayed."""
+
+    def __init__(self, document_class: str, reason: str) -> None:
+        self.document_class = document_class
+        self.reason = reason
+        super().__init__(f"shed {document_class}: {reason}")
+
+
+class EdifactError(TidegateError):
+    """Input that is not EDIFACT tidegate can read; subclasses live in ``tidegate.edi``."""

@@ -1,0 +1,29 @@
+-- lease_renew: extend a held lease so a long downstream call keeps its slot.
+--
+-- KEYS[1]  leases    zset  member = holder id, score = lease expiry (ms since epoch)
+--
+-- ARGV[1]  holder    lease holder id
+-- ARGV[2]  lease_ms  new lease duration from now, ms
+-- ARGV[3]  now_ms    current time in ms since epoch; "" = use Redis TIME
+--
+-- Returns 1 if the lease was still held and now expires at now + lease_ms; 0 if it
+-- had already expired (the slot may be someone else's now: the caller must know).
+
+local now
+if ARGV[3] == "" then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+else
+  now = tonumber(ARGV[3])
+end
+local expiry = tonumber(redis.call("ZSCORE", KEYS[1], ARGV[1]))
+if expiry == nil or expiry < now then
+  return 0
+end
+local new_expiry = now + tonumber(ARGV[2])
+redis.call("ZADD", KEYS[1], "XX", string.format("%.3f", new_expiry), ARGV[1])
+local ttl = redis.call("PTTL", KEYS[1])
+if ttl >= 0 and ttl < new_expiry - now then
+  redis.call("PEXPIRE", KEYS[1], math.ceil(new_expiry - now))
+end
+return 1
