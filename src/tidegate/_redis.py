@@ -39,8 +39,8 @@ def _check_url(url: str) -> None:
     scheme = urlsplit(url).scheme
     if scheme not in _SCHEMES:
         raise ConfigurationError(
-            f"unsupported Redis URL scheme {scheme!r} in {redact_url(url)}; use redis://, rediss:// "
-            "or unix://"
+            f"unsupported Redis URL scheme {scheme!r} in {redact_url(url)}; "
+            "use redis://, rediss:// or unix://"
         )
 
 
@@ -64,7 +64,7 @@ def client_from_url(url: str, **kwargs: object) -> redis.Redis:
         "health_check_interval": 30,
     }
     options.update(kwargs)
-    return redis.Redis.from_url(url, **options)  # type: ignore[arg-type]
+    return redis.Redis.from_url(url, **options)
 
 
 def async_client_from_url(url: str, **kwargs: object) -> redis.asyncio.Redis:

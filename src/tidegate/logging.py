@@ -100,6 +100,9 @@ def configure(*, level: str = "INFO", stream: TextIO | None = None, json: bool =
 
 
 def get_logger(name: str | None = None) -> Any:
-    """Return a structlog logger bound to ``logger=name``."""
-    log = structlog.get_logger()
-    return log.bind(logger=name) if name else log
+    """Return a lazy structlog logger carrying ``component=name``.
+
+    Lazy, so that ``configure()`` (or ``structlog.testing.capture_logs()``) called after
+    import still applies to module-level loggers.
+    """
+    return structlog.get_logger(component=name) if name else structlog.get_logger()

@@ -6,18 +6,30 @@ command never means editing another command's module.
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from tidegate import __version__
 from tidegate.cli._common import TidegateCLIError
+from tidegate.logging import configure as configure_logging
 
 __all__ = ["TidegateCLIError", "cli", "main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tidegate")
-def cli() -> None:
+@click.option(
+    "--log-level",
+    default="WARNING",
+    show_default=True,
+    envvar="TIDEGATE_LOG_LEVEL",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="JSON log lines on stderr at or above this level.",
+)
+def cli(log_level: str) -> None:
     """Flow control between a Celery/RQ fleet and slow downstreams."""
+    configure_logging(level=log_level, stream=sys.stderr)
 
 
 def _register() -> None:

@@ -20,13 +20,14 @@
 -- ARGV[8]  holder       lease holder id (unique per acquisition); "" when no cap
 -- ARGV[9]  flags        "p" check pause, "c" read config hash (e.g. "pc"; "" = neither)
 --
--- Returns {status, wait_ms, remaining, now_ms, reclaimed}; numbers as decimal strings
+-- Returns {status, wait_ms, remaining, now_ms, reclaimed, leased}; numbers as decimal strings
 -- status  "0" admitted: sleep wait_ms, then go; the lease (if capped) is held
 --         "1" rate: the request conforms in wait_ms (> max_wait_ms); nothing consumed
 --         "2" paused: the fleet-wide pause ends in wait_ms; nothing consumed
 --         "3" concurrency: all leases held; the earliest expires in wait_ms; nothing consumed
 -- remaining  tokens left at the admission time (rate), or free leases when capped
 -- reclaimed  expired leases removed by this call (holders that died without releasing)
+-- leased     "1" if a lease was taken for holder (the caller must release it), else "0"
 
 local now
 if ARGV[1] == "" then
@@ -57,7 +58,7 @@ end
 if string.find(flags, "p", 1, true) then
   local until_ms = tonumber(redis.call("HGET", KEYS[3], "until_ms"))
   if until_ms and until_ms > now then
-    return {"2", fmt(until_ms - now), "0", fmt(now), "0"}
+    return {"2", fmt(until_ms - now), "0", fmt(now), "0", "0"}
   end
 end
 
@@ -68,7 +69,7 @@ if cap > 0 then
   local held = redis.call("ZCARD", KEYS[2])
   if held >= cap then
     local first = redis.call("ZRANGE", KEYS[2], 0, 0, "WITHSCORES")
-    return {"3", fmt(tonumber(first[2]) - now), "0", fmt(now), tostring(reclaimed)}
+    return {"3", fmt(tonumber(first[2]) - now), "0", fmt(now), tostring(reclaimed), "0"}
   end
   free = cap - held - 1
 end
@@ -83,11 +84,14 @@ if rate > 0 then
   local tat = tonumber(redis.call("GET", KEYS[1])) or now
   if tat < now then tat = now end
   local new_tat = tat + cost * interval
-  wait = new_tat - burst * interval - now
+  -- (tat - now) first: exact 0 when the bucket is full and cost == burst.
+  wait = (tat - now) - (burst - cost) * interval
+  -- Epoch-ms doubles have a ~2e-4 ms ulp: a wait under 1 us is rounding, not a refusal.
+  if wait <= 1e-3 then wait = math.min(wait, 0) end
   if wait > max_wait then
     local left = math.floor((now + burst * interval - tat) / interval)
     if left < 0 then left = 0 end
-    return {"1", fmt(wait), tostring(left), fmt(now), tostring(reclaimed)}
+    return {"1", fmt(wait), tostring(left), fmt(now), tostring(reclaimed), "0"}
   end
   if wait < 0 then
     remaining = math.floor(-wait / interval)
@@ -95,15 +99,21 @@ if rate > 0 then
   else
     remaining = 0
   end
-  redis.call("SET", KEYS[1], fmt(new_tat), "PX", math.max(1, math.ceil(new_tat - now)))
+  -- %.17g round-trips a double exactly: a rounded TAT would drift decisions at the edges.
+  redis.call("SET", KEYS[1], string.format("%.17g", new_tat), "PX",
+             math.max(1, math.ceil(new_tat - now)))
 end
 
 if cap > 0 then
   local expiry = now + wait + lease_ms
   redis.call("ZADD", KEYS[2], fmt(expiry), holder)
   local last = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
-  redis.call("PEXPIRE", KEYS[2], math.max(1, math.ceil(tonumber(last[2]) - now)))
+  -- Keep the set a minute past its last lease, so a dead holder's lease is seen (and
+  -- reported as reclaimed) by the next admission rather than vanishing with the key.
+  redis.call("PEXPIRE", KEYS[2], math.ceil(tonumber(last[2]) - now) + 60000)
   if remaining < 0 or free < remaining then remaining = free end
 end
 
-return {"0", fmt(wait), tostring(remaining), fmt(now), tostring(reclaimed)}
+local leased = "0"
+if cap > 0 then leased = "1" end
+return {"0", fmt(wait), tostring(remaining), fmt(now), tostring(reclaimed), leased}

@@ -23,7 +23,7 @@ end
 local new_expiry = now + tonumber(ARGV[2])
 redis.call("ZADD", KEYS[1], "XX", string.format("%.3f", new_expiry), ARGV[1])
 local ttl = redis.call("PTTL", KEYS[1])
-if ttl >= 0 and ttl < new_expiry - now then
-  redis.call("PEXPIRE", KEYS[1], math.ceil(new_expiry - now))
+if ttl >= 0 and ttl < new_expiry - now + 60000 then
+  redis.call("PEXPIRE", KEYS[1], math.ceil(new_expiry - now) + 60000)
 end
 return 1

@@ -1,0 +1,198 @@
+"""The I/O halves of every control: one sync base, one asyncio base.
+
+Both run the same :class:`~tidegate.flow._core.Limit` logic; they differ in how they
+call the backend and in the permit type they hand out. The fail-open policy (admit
+when Redis is unreachable, only if explicitly asked) is applied here, in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from tidegate._redis import async_client_from_url, client_from_url
+from tidegate.errors import BackendUnavailable, ConfigurationError
+from tidegate.flow._core import (
+    Decision,
+    Limit,
+    drive_async,
+    drive_sync,
+    new_holder_id,
+)
+from tidegate.flow.backends.base import AsyncBackend, Backend, Status
+from tidegate.flow.backends.memory import AsyncMemoryBackend, MemoryBackend
+from tidegate.flow.permit import AsyncPermit, Permit
+from tidegate.logging import get_logger
+
+__all__ = ["AsyncControl", "SyncControl", "resolve_async_backend", "resolve_backend"]
+
+log = get_logger("tidegate.flow")
+
+
+def resolve_backend(store: Any) -> Backend:
+    """A sync backend from a ``redis.Redis``, a URL (``redis://``, ``memory://``) or a backend."""
+    if isinstance(store, redis.Redis):
+        from tidegate.flow.backends.redis import RedisBackend
+
+        return RedisBackend(store)
+    if isinstance(store, str):
+        if store == "memory://":
+            return MemoryBackend()
+        return resolve_backend(client_from_url(store))
+    if isinstance(store, Backend):
+        return store
+    raise ConfigurationError(
+        f"expected redis.Redis, a redis:// or memory:// URL, or a Backend; got {type(store)!r}"
+    )
+
+
+def resolve_async_backend(store: Any) -> AsyncBackend:
+    """The asyncio twin of :func:`resolve_backend` (``redis.asyncio.Redis`` or a URL)."""
+    if isinstance(store, redis.asyncio.Redis):
+        from tidegate.flow.backends.redis import AsyncRedisBackend
+
+        return AsyncRedisBackend(store)
+    if isinstance(store, str):
+        if store == "memory://":
+            return AsyncMemoryBackend()
+        return resolve_async_backend(async_client_from_url(store))
+    if isinstance(store, MemoryBackend):
+        return AsyncMemoryBackend(store)
+    if isinstance(store, AsyncBackend):
+        return store
+    raise ConfigurationError(
+        f"expected redis.asyncio.Redis, a URL, or an AsyncBackend; got {type(store)!r}"
+    )
+
+
+def _unavailable(limit: Limit, exc: BackendUnavailable, fail_open: bool) -> Decision:
+    if not fail_open:
+        log.error("downstream_gate_backend_unavailable", downstream=limit.name, policy="closed")
+        raise exc
+    log.warning("downstream_gate_backend_unavailable", downstream=limit.name, policy="open")
+    return Decision(True, 0.0, -1, "fail_open")
+
+
+class SyncControl:
+    """Shared sync machinery: try-only decisions and full admissions."""
+
+    def __init__(self, store: Any, limit: Limit, *, fail_open: bool) -> None:
+        self.backend: Backend = resolve_backend(store)
+        self.limit = limit
+        self.fail_open = fail_open
+        self._wake_cap = max(1, limit.concurrency)
+
+    @property
+    def name(self) -> str:
+        return self.limit.name
+
+    def _permit(self, holder: str, *, leased: bool, waited_s: float) -> Permit:
+        return Permit(
+            self.backend,
+            self.limit.name,
+            self.limit.keys,
+            holder=holder,
+            leased=leased,
+            waited_s=waited_s,
+            lease_s=self.limit.lease_s,
+            wake_cap=self._wake_cap,
+        )
+
+    def _try(self, cost: int) -> Decision:
+        self.limit.check_cost(cost)
+        holder = new_holder_id()
+        try:
+            result = self.backend.acquire(self.limit.keys, self.limit.params(cost, 0.0, holder))
+        except BackendUnavailable as exc:
+            return _unavailable(self.limit, exc, self.fail_open)
+        if result.status is not Status.ADMITTED:
+            return self.limit.refusal(result)
+        permit = self._permit(holder, leased=True, waited_s=0.0) if result.leased else None
+        return Decision(True, 0.0, result.remaining, "admitted", permit)
+
+    def _admit(self, cost: int, max_wait: float) -> Permit:
+        self.limit.check_cost(cost)
+        holder = new_holder_id()
+        flow = self.limit.admission(cost, max_wait, holder, self.backend.monotonic())
+        try:
+            admitted = drive_sync(flow, self.backend, self.limit.keys)
+        except BackendUnavailable as exc:
+            _unavailable(self.limit, exc, self.fail_open)
+            return self._permit(holder, leased=False, waited_s=0.0)
+        return self._permit(holder, leased=admitted.leased, waited_s=admitted.waited_s)
+
+    @contextlib.contextmanager
+    def _slot(self, cost: int, max_wait: float, auto_renew: bool) -> Iterator[Permit]:
+        permit = self._admit(cost, max_wait)
+        if auto_renew:
+            permit.start_renewing()
+        try:
+            yield permit
+        finally:
+            permit.release()
+
+
+class AsyncControl:
+    """The asyncio twin of :class:`SyncControl`."""
+
+    def __init__(self, store: Any, limit: Limit, *, fail_open: bool) -> None:
+        self.backend: AsyncBackend = resolve_async_backend(store)
+        self.limit = limit
+        self.fail_open = fail_open
+        self._wake_cap = max(1, limit.concurrency)
+
+    @property
+    def name(self) -> str:
+        return self.limit.name
+
+    def _permit(self, holder: str, *, leased: bool, waited_s: float) -> AsyncPermit:
+        return AsyncPermit(
+            self.backend,
+            self.limit.name,
+            self.limit.keys,
+            holder=holder,
+            leased=leased,
+            waited_s=waited_s,
+            lease_s=self.limit.lease_s,
+            wake_cap=self._wake_cap,
+        )
+
+    async def _try(self, cost: int) -> Decision:
+        self.limit.check_cost(cost)
+        holder = new_holder_id()
+        try:
+            params = self.limit.params(cost, 0.0, holder)
+            result = await self.backend.acquire(self.limit.keys, params)
+        except BackendUnavailable as exc:
+            return _unavailable(self.limit, exc, self.fail_open)
+        if result.status is not Status.ADMITTED:
+            return self.limit.refusal(result)
+        permit = self._permit(holder, leased=True, waited_s=0.0) if result.leased else None
+        return Decision(True, 0.0, result.remaining, "admitted", permit)
+
+    async def _admit(self, cost: int, max_wait: float) -> AsyncPermit:
+        self.limit.check_cost(cost)
+        holder = new_holder_id()
+        flow = self.limit.admission(cost, max_wait, holder, self.backend.monotonic())
+        try:
+            admitted = await drive_async(flow, self.backend, self.limit.keys)
+        except BackendUnavailable as exc:
+            _unavailable(self.limit, exc, self.fail_open)
+            return self._permit(holder, leased=False, waited_s=0.0)
+        return self._permit(holder, leased=admitted.leased, waited_s=admitted.waited_s)
+
+    @contextlib.asynccontextmanager
+    async def _slot(
+        self, cost: int, max_wait: float, auto_renew: bool
+    ) -> AsyncIterator[AsyncPermit]:
+        permit = await self._admit(cost, max_wait)
+        if auto_renew:
+            permit.start_renewing()
+        try:
+            yield permit
+        finally:
+            await permit.release()

@@ -1,0 +1,191 @@
+"""The contract between the flow controls and the store that holds their state.
+
+A backend offers a handful of *atomic* primitives — one admission decision, lease
+release and renewal, pause, live configuration — and nothing else. The controls in
+``tidegate.flow`` (rate limiter, concurrency limiter, gate) are policy on top; they
+never see Redis. Two backends implement this contract and pass one shared test suite:
+``RedisBackend`` (Lua scripts, fleet-wide) and ``MemoryBackend`` (one process).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, runtime_checkable
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "AcquireParams",
+    "AcquireResult",
+    "AsyncBackend",
+    "Backend",
+    "GateKeys",
+    "GateSnapshot",
+    "Status",
+]
+
+#: Prefix of every key tidegate writes.
+DEFAULT_PREFIX = "tidegate"
+
+
+class Status(enum.IntEnum):
+    """Outcome of one admission decision (the first field the Lua script returns)."""
+
+    ADMITTED = 0
+    RATE = 1
+    PAUSED = 2
+    CONCURRENCY = 3
+
+
+@dataclass(frozen=True, slots=True)
+class GateKeys:
+    """Every key of one limit, built in one place.
+
+    The name is wrapped in a ``{hash tag}`` so all keys of a limit live in one Redis
+    Cluster slot, which multi-key scripts require.
+    """
+
+    tat: str
+    leases: str
+    pause: str
+    config: str
+    released: str
+
+    @classmethod
+    def build(cls, name: str, *, kind: str = "gate", prefix: str = DEFAULT_PREFIX) -> GateKeys:
+        """Keys for limit ``name`` of ``kind`` (``gate``, ``rate`` or ``sem``)."""
+        base = f"{prefix}:{kind}:{{{name}}}"
+        return cls(
+            tat=f"{base}:tat",
+            leases=f"{base}:leases",
+            pause=f"{base}:pause",
+            config=f"{base}:config",
+            released=f"{base}:released",
+        )
+
+    def as_list(self) -> list[str]:
+        """The four keys the admission script takes, in KEYS order."""
+        return [self.tat, self.leases, self.pause, self.config]
+
+
+class AcquireParams(NamedTuple):
+    """The arguments of one admission decision (ARGV of ``gate_acquire.lua``).
+
+    ``rate == 0`` disables the rate part and ``concurrency == 0`` the lease part, so
+    the same primitive serves the rate limiter, the concurrency limiter and the gate.
+    """
+
+    cost: int
+    rate: float
+    burst: int
+    concurrency: int
+    lease_ms: float
+    max_wait_ms: float
+    holder: str
+    check_pause: bool
+    read_config: bool
+    now_ms: float | None = None
+
+
+class AcquireResult(NamedTuple):
+    """What the backend decided.
+
+    Attributes:
+        status: admitted, or which part refused.
+        wait_ms: admitted: sleep this long before going (the slot is reserved);
+            refused: time until the refusing part would let the request through.
+        remaining: rate tokens (or free leases, whichever is smaller) left; -1 when
+            neither part is limited.
+        now_ms: the fleet clock at the decision.
+        reclaimed: expired leases of dead holders that this decision removed.
+        leased: a lease was taken for the holder; the caller must release it.
+    """
+
+    status: Status
+    wait_ms: float
+    remaining: int
+    now_ms: float
+    reclaimed: int
+    leased: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GateSnapshot:
+    """A read-only view of a limit for operators (``tidegate gate show``)."""
+
+    config: dict[str, float]
+    paused_until_ms: float | None
+    pause_reason: str | None
+    leases_held: int
+    tat_ms: float | None
+    now_ms: float
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Atomic primitives the sync controls are built on."""
+
+    def acquire(self, keys: GateKeys, params: AcquireParams) -> AcquireResult:
+        """Decide one request atomically; consume only if admitted."""
+        ...
+
+    def release(self, keys: GateKeys, holder: str, *, wake_cap: int) -> bool:
+        """Release ``holder``'s lease and wake one waiter; False if it had expired."""
+        ...
+
+    def renew(self, keys: GateKeys, holder: str, lease_ms: float) -> bool:
+        """Extend ``holder``'s lease to now + ``lease_ms``; False if it had expired."""
+        ...
+
+    def wait_released(self, keys: GateKeys, timeout_s: float) -> None:
+        """Block until a lease is released or ``timeout_s`` passes (no busy polling)."""
+        ...
+
+    def pause(self, keys: GateKeys, pause_ms: float, reason: str) -> tuple[float, bool]:
+        """Pause the limit until now + ``pause_ms`` unless already paused longer."""
+        ...
+
+    def resume(self, keys: GateKeys) -> None:
+        """End a pause now."""
+        ...
+
+    def write_config(self, keys: GateKeys, values: dict[str, float]) -> None:
+        """Store live overrides (rate, burst, concurrency, lease_ms)."""
+        ...
+
+    def snapshot(self, keys: GateKeys) -> GateSnapshot:
+        """Read the limit's state for display."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep on the backend's clock (a fake clock in tests advances instead)."""
+        ...
+
+    def monotonic(self) -> float:
+        """The local monotonic clock used for the caller's own wait budget."""
+        ...
+
+
+@runtime_checkable
+class AsyncBackend(Protocol):
+    """The asyncio twin of :class:`Backend`: same primitives, awaited."""
+
+    async def acquire(self, keys: GateKeys, params: AcquireParams) -> AcquireResult: ...
+
+    async def release(self, keys: GateKeys, holder: str, *, wake_cap: int) -> bool: ...
+
+    async def renew(self, keys: GateKeys, holder: str, lease_ms: float) -> bool: ...
+
+    async def wait_released(self, keys: GateKeys, timeout_s: float) -> None: ...
+
+    async def pause(self, keys: GateKeys, pause_ms: float, reason: str) -> tuple[float, bool]: ...
+
+    async def resume(self, keys: GateKeys) -> None: ...
+
+    async def write_config(self, keys: GateKeys, values: dict[str, float]) -> None: ...
+
+    async def snapshot(self, keys: GateKeys) -> GateSnapshot: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    def monotonic(self) -> float: ...

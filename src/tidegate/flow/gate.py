@@ -1,0 +1,291 @@
+"""The gate of one downstream: rate + concurrency + a fleet-wide pause, in one decision.
+
+Every worker process on every host that talks to, say, the customs gateway goes
+through ``Gate(client, "customs")``. One Lua script checks the pause, the lease count
+and the GCRA bucket atomically, and reserves both the rate slot and the lease in the
+same round trip. The parameters live in Redis (``tidegate gate set customs --rate
+0.5``), so an operator retunes a running fleet without a restart; the environment
+(``TIDEGATE_CUSTOMS_RATE`` …) only gives the defaults.
+
+When the downstream answers 429 with Retry-After, one worker calls ``gate.pause()`` and
+every acquire on every host waits it out — instead of each worker discovering the 429
+on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tidegate.errors import ConfigurationError
+from tidegate.flow._control import AsyncControl, SyncControl
+from tidegate.flow._core import DEFAULT_MAX_WAIT_S, Decision, Limit
+from tidegate.flow.backends.base import DEFAULT_PREFIX, GateSnapshot
+from tidegate.flow.permit import AsyncPermit, Permit
+from tidegate.logging import get_logger
+from tidegate.settings import GatePolicy, gate_policy_from_env
+
+__all__ = ["AsyncGate", "Gate", "GateState"]
+
+log = get_logger("tidegate.flow")
+
+
+@dataclass(frozen=True, slots=True)
+class GateState:
+    """What ``tidegate gate show`` prints: the effective policy and the live state."""
+
+    name: str
+    policy: GatePolicy
+    overridden: tuple[str, ...]
+    paused_for_s: float
+    pause_reason: str | None
+    leases_held: int
+    tokens_available: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "rate": self.policy.rate,
+            "burst": self.policy.burst,
+            "concurrency": self.policy.concurrency,
+            "lease_s": self.policy.lease_s,
+            "overridden": list(self.overridden),
+            "paused_for_s": round(self.paused_for_s, 3),
+            "pause_reason": self.pause_reason,
+            "leases_held": self.leases_held,
+            "tokens_available": self.tokens_available,
+        }
+
+
+def _gate_limit(name: str, policy: GatePolicy, prefix: str) -> Limit:
+    return Limit.build(
+        name,
+        kind="gate",
+        prefix=prefix,
+        rate=policy.rate,
+        burst=policy.burst,
+        concurrency=policy.concurrency,
+        lease_s=policy.lease_s,
+        check_pause=True,
+        read_config=True,
+    )
+
+
+def _effective(defaults: GatePolicy, config: dict[str, float]) -> GatePolicy:
+    return GatePolicy(
+        rate=config.get("rate", defaults.rate),
+        burst=int(config.get("burst", defaults.burst)),
+        concurrency=int(config.get("concurrency", defaults.concurrency)),
+        lease_s=config.get("lease_ms", defaults.lease_s * 1000.0) / 1000.0,
+    )
+
+
+def _state(name: str, defaults: GatePolicy, snap: GateSnapshot) -> GateState:
+    policy = _effective(defaults, snap.config)
+    interval = 1000.0 / policy.rate
+    tat = max(snap.tat_ms or snap.now_ms, snap.now_ms)
+    tokens = max(0, math.floor((snap.now_ms + policy.burst * interval - tat) / interval))
+    paused = (snap.paused_until_ms - snap.now_ms) / 1000.0 if snap.paused_until_ms else 0.0
+    overridden = tuple(sorted("lease_s" if k == "lease_ms" else k for k in snap.config))
+    return GateState(
+        name,
+        policy,
+        overridden,
+        max(0.0, paused),
+        snap.pause_reason,
+        snap.leases_held,
+        min(tokens, policy.burst),
+    )
+
+
+def _changes(
+    current: GatePolicy,
+    rate: float | None,
+    burst: int | None,
+    concurrency: int | None,
+    lease_s: float | None,
+) -> dict[str, float]:
+    """Validate a retune against the current policy; return the values to store."""
+    updated = GatePolicy(
+        rate=current.rate if rate is None else rate,
+        burst=current.burst if burst is None else burst,
+        concurrency=current.concurrency if concurrency is None else concurrency,
+        lease_s=current.lease_s if lease_s is None else lease_s,
+    )
+    values: dict[str, float] = {}
+    if rate is not None:
+        values["rate"] = updated.rate
+    if burst is not None:
+        values["burst"] = updated.burst
+    if concurrency is not None:
+        values["concurrency"] = updated.concurrency
+    if lease_s is not None:
+        values["lease_ms"] = updated.lease_s * 1000.0
+    if not values:
+        raise ConfigurationError("nothing to change: give rate, burst, concurrency or lease_s")
+    return values
+
+
+def _pause_ms(seconds: float) -> float:
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigurationError(f"pause seconds must be a finite number > 0, got {seconds!r}")
+    return seconds * 1000.0
+
+
+def _log_pause(name: str, seconds: float, reason: str, until_ms: float, extended: bool) -> None:
+    log.warning(
+        "downstream_gate_paused",
+        downstream=name,
+        pause_s=round(seconds, 3),
+        reason=reason,
+        extended=extended,
+        until_ms=round(until_ms),
+    )
+
+
+class Gate(SyncControl):
+    """The fleet-wide gate of one downstream.
+
+    Args:
+        store: a ``redis.Redis``, a ``redis://``/``rediss://`` URL, or a backend.
+        name: the downstream (``customs``, ``tos``…); shared by every process.
+        policy: default shape; read from ``TIDEGATE_<NAME>_*`` when omitted. Live
+            values set with :meth:`configure` (or the CLI) take precedence.
+        fail_open: admit when Redis is unreachable (default: fail closed).
+
+    Example::
+
+        gate = Gate(client, "customs")
+        with gate.slot(max_wait=20):
+            client.send("/declarations", doc, idempotency_key=key)
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        name: str,
+        *,
+        policy: GatePolicy | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        fail_open: bool = False,
+    ) -> None:
+        self.defaults = policy if policy is not None else gate_policy_from_env(name)
+        super().__init__(store, _gate_limit(name, self.defaults, prefix), fail_open=fail_open)
+
+    def try_acquire(self, n: int = 1) -> Decision:
+        """Admit now or not at all; an admitted decision may carry a permit to release."""
+        return self._try(n)
+
+    def acquire(self, n: int = 1, *, max_wait: float = DEFAULT_MAX_WAIT_S) -> Permit:
+        """Wait (at most ``max_wait``) for admission; release the permit after the call.
+
+        Raises:
+            Throttled: not admissible within ``max_wait`` (nothing consumed).
+            BackendUnavailable: Redis unreachable and the gate fails closed.
+        """
+        return self._admit(n, max_wait)
+
+    @contextlib.contextmanager
+    def slot(
+        self, n: int = 1, *, max_wait: float = DEFAULT_MAX_WAIT_S, auto_renew: bool = True
+    ) -> Iterator[Permit]:
+        """Admission for the duration of the block; the lease is renewed and released."""
+        with self._slot(n, max_wait, auto_renew) as permit:
+            yield permit
+
+    def pause(self, seconds: float, reason: str) -> float:
+        """Stop every admission fleet-wide for ``seconds`` (never shortens a pause).
+
+        Returns:
+            Seconds until the pause (possibly an existing, longer one) ends.
+        """
+        until_ms, extended = self.backend.pause(self.limit.keys, _pause_ms(seconds), reason)
+        _log_pause(self.name, seconds, reason, until_ms, extended)
+        return self.state().paused_for_s
+
+    def resume(self) -> None:
+        """End a pause now."""
+        self.backend.resume(self.limit.keys)
+        log.warning("downstream_gate_resumed", downstream=self.name)
+
+    def configure(
+        self,
+        *,
+        rate: float | None = None,
+        burst: int | None = None,
+        concurrency: int | None = None,
+        lease_s: float | None = None,
+    ) -> GateState:
+        """Retune the running fleet; values are validated against the current policy."""
+        values = _changes(self.state().policy, rate, burst, concurrency, lease_s)
+        self.backend.write_config(self.limit.keys, values)
+        log.warning("downstream_gate_configured", downstream=self.name, **values)
+        return self.state()
+
+    def state(self) -> GateState:
+        """The effective policy, pause and lease count, read from the backend."""
+        return _state(self.name, self.defaults, self.backend.snapshot(self.limit.keys))
+
+
+class AsyncGate(AsyncControl):
+    """The asyncio twin of :class:`Gate`."""
+
+    def __init__(
+        self,
+        store: Any,
+        name: str,
+        *,
+        policy: GatePolicy | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        fail_open: bool = False,
+    ) -> None:
+        self.defaults = policy if policy is not None else gate_policy_from_env(name)
+        super().__init__(store, _gate_limit(name, self.defaults, prefix), fail_open=fail_open)
+
+    async def try_acquire(self, n: int = 1) -> Decision:
+        """Admit now or not at all."""
+        return await self._try(n)
+
+    async def acquire(self, n: int = 1, *, max_wait: float = DEFAULT_MAX_WAIT_S) -> AsyncPermit:
+        """Wait (at most ``max_wait``) for admission; ``await permit.release()`` after."""
+        return await self._admit(n, max_wait)
+
+    @contextlib.asynccontextmanager
+    async def slot(
+        self, n: int = 1, *, max_wait: float = DEFAULT_MAX_WAIT_S, auto_renew: bool = True
+    ) -> AsyncIterator[AsyncPermit]:
+        """Admission for the duration of the block; the lease is renewed and released."""
+        async with self._slot(n, max_wait, auto_renew) as permit:
+            yield permit
+
+    async def pause(self, seconds: float, reason: str) -> float:
+        """Stop every admission fleet-wide for ``seconds`` (never shortens a pause)."""
+        until_ms, extended = await self.backend.pause(self.limit.keys, _pause_ms(seconds), reason)
+        _log_pause(self.name, seconds, reason, until_ms, extended)
+        return (await self.state()).paused_for_s
+
+    async def resume(self) -> None:
+        """End a pause now."""
+        await self.backend.resume(self.limit.keys)
+        log.warning("downstream_gate_resumed", downstream=self.name)
+
+    async def configure(
+        self,
+        *,
+        rate: float | None = None,
+        burst: int | None = None,
+        concurrency: int | None = None,
+        lease_s: float | None = None,
+    ) -> GateState:
+        """Retune the running fleet; values are validated against the current policy."""
+        values = _changes((await self.state()).policy, rate, burst, concurrency, lease_s)
+        await self.backend.write_config(self.limit.keys, values)
+        log.warning("downstream_gate_configured", downstream=self.name, **values)
+        return await self.state()
+
+    async def state(self) -> GateState:
+        """The effective policy, pause and lease count, read from the backend."""
+        return _state(self.name, self.defaults, await self.backend.snapshot(self.limit.keys))

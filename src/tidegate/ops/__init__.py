@@ -1,0 +1,5 @@
+"""Operations: demos, the monitor loop, metrics."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
