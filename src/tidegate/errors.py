@@ -101,9 +101,23 @@ class DownstreamThrottled(DownstreamError):
 
 
 class DownstreamUnavailable(DownstreamError):
-    """503, connection refused or timeout: transient, retry with backoff."""
+    """503, connection refused or timeout: transient, retry with backoff.
+
+    ``retry_after`` is the downstream's own hint (a 503's Retry-After), when it gave one.
+    """
 
     transient = True
+
+    def __init__(
+        self,
+        downstream: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.retry_after = retry_after
+        super().__init__(downstream, message, status=status)
 
 
 class DownstreamRejected(DownstreamError):

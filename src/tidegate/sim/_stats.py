@@ -1,0 +1,155 @@
+"""What a simulated downstream counts, and the two reductions benchmarks need.
+
+A sim records every *accepted* write with its ``Idempotency-Key`` and the instant it
+was accepted, and counts every answer it gave by status. Duplicates (one key accepted
+twice) and losses (a key never accepted) are computed from the keys; "never above the
+real capacity" is checked with :func:`max_in_window` over the accept timeline, and a
+call-rate plot is :func:`bucket_counts` of the same timeline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["StatsRecorder", "bucket_counts", "max_in_window"]
+
+
+def max_in_window(timestamps: Sequence[float], window_s: float = 1.0) -> int:
+    """The largest number of timestamps inside any half-open window ``[t, t + window_s)``.
+
+    Args:
+        timestamps: accept instants in seconds, in any order.
+        window_s: the window length in seconds (> 0).
+
+    A token bucket of ``rate`` per second and ``burst`` never accepts more than
+    ``burst + rate * window_s`` in such a window, which is what a benchmark asserts.
+
+    Example::
+
+        >>> max_in_window([0.0, 0.1, 0.9, 1.0, 1.05], 1.0)
+        4
+    """
+    if not window_s > 0:
+        raise ValueError(f"window_s must be > 0, got {window_s!r}")
+    ordered = sorted(timestamps)
+    best = 0
+    start = 0
+    for end, t in enumerate(ordered):
+        while t - ordered[start] >= window_s:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+def bucket_counts(
+    timestamps: Sequence[float], bucket_s: float = 0.1, *, start: float | None = None
+) -> list[int]:
+    """Count timestamps per consecutive bucket of ``bucket_s`` seconds, for a rate plot.
+
+    Args:
+        timestamps: accept instants in seconds, in any order.
+        bucket_s: bucket width in seconds (> 0); 0.1 gives a 100-ms resolution.
+        start: the left edge of the first bucket; the earliest timestamp by default.
+            Timestamps before it are ignored.
+
+    Returns:
+        One count per bucket, from ``start`` to the bucket holding the latest timestamp
+        (empty when there are no timestamps).
+    """
+    if not bucket_s > 0:
+        raise ValueError(f"bucket_s must be > 0, got {bucket_s!r}")
+    if not timestamps:
+        return []
+    origin = min(timestamps) if start is None else start
+    indexes = [math.floor((t - origin) / bucket_s) for t in timestamps if t >= origin]
+    if not indexes:
+        return []
+    counts = [0] * (max(indexes) + 1)
+    for index in indexes:
+        counts[index] += 1
+    return counts
+
+
+class StatsRecorder:
+    """The counters of one sim. Not thread-safe: the sim calls it under its own lock.
+
+    Instants are recorded on the sim's monotonic clock and turned into ``time.time()``
+    floats only when reported, through ``to_wall``.
+    """
+
+    __slots__ = (
+        "_accept_times",
+        "_keys",
+        "_max_concurrent",
+        "_requests",
+        "_responses",
+        "_seen",
+    )
+
+    def __init__(self) -> None:
+        self._keys: list[str] = []
+        self._seen: set[str] = set()
+        self._accept_times: list[float] = []
+        self._responses: Counter[int] = Counter()
+        self._max_concurrent = 0
+        self._requests = 0
+
+    def reset(self, *, in_flight: int = 0) -> None:
+        """Forget everything; requests still in flight keep counting as concurrent."""
+        self._keys.clear()
+        self._seen.clear()
+        self._accept_times.clear()
+        self._responses.clear()
+        self._max_concurrent = in_flight
+        self._requests = 0
+
+    def arrived(self, in_flight: int) -> None:
+        """A write request arrived; ``in_flight`` includes it."""
+        self._requests += 1
+        self._max_concurrent = max(self._max_concurrent, in_flight)
+
+    def answered(self, status: int) -> None:
+        """A write request was answered with ``status``."""
+        self._responses[status] += 1
+
+    def accepted(self, key: str, now: float) -> bool:
+        """Record an accepted write; return whether its key had been accepted before."""
+        duplicate = key in self._seen
+        self._seen.add(key)
+        self._keys.append(key)
+        self._accept_times.append(now)
+        return duplicate
+
+    def accepted_keys(self) -> list[str]:
+        """Every accepted key in accept order, a duplicate once per acceptance."""
+        return list(self._keys)
+
+    def snapshot(
+        self, *, in_flight: int, to_wall: Callable[[float], float], timeline: bool = True
+    ) -> dict[str, Any]:
+        """The counters as the JSON-ready dict served at ``GET /stats``."""
+        times = self._accept_times
+        responses_4xx = sum(
+            n for status, n in self._responses.items() if 400 <= status < 500 and status != 429
+        )
+        snapshot: dict[str, Any] = {
+            "accepted": len(self._keys),
+            "distinct_keys": len(self._seen),
+            "duplicates": len(self._keys) - len(self._seen),
+            "requests": self._requests,
+            "responses": {str(status): n for status, n in sorted(self._responses.items())},
+            "responses_429": self._responses[429],
+            "responses_503": self._responses[503],
+            "responses_4xx": responses_4xx,
+            "max_concurrent_seen": self._max_concurrent,
+            "in_flight": in_flight,
+            "first_accept_ts": to_wall(times[0]) if times else None,
+            "last_accept_ts": to_wall(times[-1]) if times else None,
+            "max_accepted_1s": max_in_window(times, 1.0),
+        }
+        if timeline:
+            snapshot["accept_timeline"] = [to_wall(t) for t in times]
+        return snapshot

@@ -1,0 +1,124 @@
+"""``python -m tidegate.sim``: a sim in its own process, announced on stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+import tidegate
+from tidegate.sim._cli import main
+
+
+def _first_line(proc: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    """The child's first stdout line, or fail (with its stderr) instead of hanging."""
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout):
+            proc.kill()
+            pytest.fail("the sim process printed nothing")
+    line = proc.stdout.readline()
+    if not line:
+        _, stderr = proc.communicate(timeout=10)
+        pytest.fail(f"the sim process exited with {proc.returncode}: {stderr}")
+    return line
+
+
+@pytest.fixture
+def spawn() -> Iterator[Any]:
+    """Start ``python -m tidegate.sim ARGS``; kill whatever is left at teardown."""
+    procs: list[subprocess.Popen[str]] = []
+    src = str(Path(tidegate.__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+    }
+
+    def _spawn(*args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tidegate.sim", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        procs.append(proc)
+        return proc
+
+    yield _spawn
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def test_customs_runs_as_its_own_process(spawn: Any) -> None:
+    """Read the URL line, get one 200 and one 429, read /stats, SIGTERM exits 0."""
+    proc = spawn("customs", "--port", "0", "--rate", "0.01", "--burst", "1")
+    announced = json.loads(_first_line(proc))
+    assert announced["kind"] == "customs"
+    assert announced["url"].startswith("http://127.0.0.1:")
+    assert announced["endpoint"] == announced["url"] + "/declarations"
+
+    with httpx.Client(base_url=announced["url"], timeout=10.0) as client:
+        statuses = [
+            client.post("/declarations", json={"n": i}, headers={"Idempotency-Key": f"k{i}"})
+            for i in range(2)
+        ]
+        assert [r.status_code for r in statuses] == [200, 429]
+        assert int(statuses[1].headers["Retry-After"]) >= 1
+        stats = client.get("/stats").json()
+    assert (stats["accepted"], stats["responses_429"]) == (1, 1)
+
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert stdout == ""  # nothing after the announcement
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        (["tos", "--max-connections", "2", "--service-s", "0"], "/container-reports"),
+        (["database", "--base-latency-s", "0", "--per-writer-s", "0"], "/writes"),
+    ],
+)
+def test_tos_and_database_run_as_processes(spawn: Any, args: list[str], path: str) -> None:
+    """Each kind announces itself and accepts a write on its default path."""
+    proc = spawn(*args)
+    announced = json.loads(_first_line(proc))
+    assert announced["path"] == path
+    response = httpx.post(
+        announced["endpoint"], json={"n": 1}, headers={"Idempotency-Key": "a"}, timeout=10.0
+    )
+    assert response.status_code == 200
+    proc.terminate()
+    proc.communicate(timeout=10)
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["customs", "--rate", "0"],
+        ["customs", "--burst", "0"],
+        ["customs", "--suspend-s", "-1"],
+        ["tos", "--max-connections", "0"],
+        ["database", "--path", "/stats"],
+    ],
+)
+def test_bad_options_exit_with_a_usage_error(args: list[str]) -> None:
+    """Invalid options are refused before anything is bound."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
