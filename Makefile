@@ -27,7 +27,8 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 demo: $(STAMP)
-	$(BIN)/tidegate demo
+	mkdir -p out
+	$(BIN)/tidegate demo --json out/demo-report.json --plot out/demo.png
 
 bench: $(STAMP)
 	$(BIN)/python bench/gate.py

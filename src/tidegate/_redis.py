@@ -79,9 +79,9 @@ def async_client_from_url(url: str, **kwargs: object) -> redis.asyncio.Redis:
 
 
 @functools.cache
-def lua_script(name: str) -> str:
-    """The text of ``tidegate/flow/backends/lua/<name>.lua`` (read once per process)."""
-    resource = importlib.resources.files("tidegate.flow.backends").joinpath("lua", f"{name}.lua")
+def lua_script(name: str, package: str = "tidegate.flow.backends") -> str:
+    """The text of ``<package>/lua/<name>.lua``, package data read once per process."""
+    resource = importlib.resources.files(package).joinpath("lua", f"{name}.lua")
     return resource.read_text(encoding="utf-8")
 
 

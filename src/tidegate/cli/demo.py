@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
 
 from tidegate.redis_server import redis_url
@@ -14,44 +17,174 @@ from tidegate.redis_server import redis_url
 __all__ = ["demo"]
 
 
+def _live_table(sample: Any, submitted: int, limits: dict[str, float]) -> Table:
+    table = Table(title=f"vessel burst — t = {sample.t:5.1f} s", expand=False)
+    for column in ("queue / downstream", "waiting", "accepted", "limit/s"):
+        table.add_column(column, justify="right" if column != "queue / downstream" else "left")
+    table.add_row(
+        "edi.customs → customs",
+        str(sample.depth.get("edi.customs", 0)),
+        str(sample.accepted["customs"]),
+        f"{limits['customs']:g}",
+    )
+    table.add_row(
+        "edi.tos → tos",
+        str(sample.depth.get("edi.tos", 0)),
+        str(sample.accepted["tos"]),
+        f"{limits['tos']:g}",
+    )
+    settled = sum(sample.accepted.values()) + sample.dead_lettered
+    table.caption = (
+        f"settled {settled}/{submitted} · parked {sample.parked} · dead-lettered "
+        f"{sample.dead_lettered} · 429s {sample.responses_429} · 503s {sample.responses_503} "
+        f"· workers {sample.rss_mb:.0f} MiB"
+    )
+    return table
+
+
+def _report_table(report: dict[str, Any]) -> Group:
+    summary = Table(title="outcome", show_header=False)
+    for key in (
+        "submitted",
+        "delivered",
+        "dead_lettered",
+        "quarantined",
+        "pending",
+        "lost",
+        "duplicates",
+        "peak_worker_rss_mb",
+        "elapsed_s",
+    ):
+        summary.add_row(key, str(report[key]))
+    per = Table(title="downstreams")
+    per.add_column("")
+    names = list(report["downstreams"])
+    for name in names:
+        per.add_column(name, justify="right")
+    for field in (
+        "accepted",
+        "responses_429",
+        "responses_503",
+        "limit_per_s",
+        "max_accepted_1s",
+        "drain_s",
+        "ideal_s",
+        "utilisation",
+    ):
+        per.add_row(field, *(str(report["downstreams"][n][field]) for n in names))
+    return Group(summary, per)
+
+
 @click.command()
 @click.option(
     "--scenario",
-    type=click.Choice(["gate"]),
-    default="gate",
+    type=click.Choice(["vessel", "gate"]),
+    default="vessel",
     show_default=True,
-    help="gate: several processes through one fleet-wide rate limit.",
+    help="vessel: a berthing burst through Celery workers and the gates; "
+    "gate: several processes through one rate limit.",
 )
-@click.option("--processes", type=click.IntRange(1, 64), default=4, show_default=True)
-@click.option("--rate", type=click.FloatRange(min=0.01), default=20.0, show_default=True)
-@click.option("--burst", type=click.IntRange(min=1), default=5, show_default=True)
-@click.option("--documents", type=click.IntRange(min=1), default=120, show_default=True)
+@click.option("--interchanges", type=click.IntRange(1), default=2000, show_default=True)
+@click.option(
+    "--customs-rate",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="The customs gateway's real per-second rate.",
+)
+@click.option(
+    "--customs-burst",
+    type=click.IntRange(1),
+    default=3,
+    show_default=True,
+    help="The customs gateway's bucket size.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 16),
+    default=2,
+    show_default=True,
+    help="Processes in the customs pool (the TOS pool gets twice as many).",
+)
+@click.option("--seed", type=int, default=7, show_default=True)
 @click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write the report as JSON to this file.",
+    help="Write the machine-readable report here.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a PNG of queue depth and call rate here.",
 )
 def demo(
-    scenario: str, processes: int, rate: float, burst: int, documents: int, json_path: Path | None
+    scenario: str,
+    interchanges: int,
+    customs_rate: float,
+    customs_burst: int,
+    workers: int,
+    seed: int,
+    json_path: Path | None,
+    plot_path: Path | None,
 ) -> None:
-    """Run a demonstration on an embedded Redis (or REDIS_URL)."""
+    """Run a demonstration on an embedded Redis (or REDIS_URL); stops all it starts."""
+    console = Console()
+    if scenario == "gate":
+        _gate_scenario(console, json_path)
+        return
+    from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo
+
+    config = VesselConfig(
+        interchanges=interchanges,
+        customs_rate=customs_rate,
+        customs_burst=customs_burst,
+        workers=workers,
+        seed=seed,
+    )
+    limits = {"customs": customs_rate, "tos": config.tos_connections / config.tos_service_s}
+    log_dir = Path(tempfile.mkdtemp(prefix="tidegate-demo-"))
+    console.print(
+        f"[bold]A vessel berths:[/] {interchanges} interchanges hit {workers} customs and "
+        f"{workers * 2} TOS worker processes. Customs accepts {customs_rate:g}/s "
+        f"(burst {customs_burst}); the TOS {config.tos_connections} connections."
+    )
+    with redis_url() as url, Live(console=console, refresh_per_second=4) as live:
+        report, samples = run_vessel_demo(
+            url,
+            config,
+            log_dir=log_dir,
+            on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
+        )
+    console.print(_report_table(report))
+    customs = report["downstreams"]["customs"]
+    console.print(
+        f"customs: {customs['responses_429']} × 429, drained in {customs['drain_s']} s "
+        f"({customs['drain_s'] / customs['ideal_s']:.3f} × ideal) · lost {report['lost']} · "
+        f"duplicates {report['duplicates']} · worker logs in {log_dir}"
+        if customs["ideal_s"]
+        else f"worker logs in {log_dir}"
+    )
+    if plot_path is not None:
+        from tidegate.ops.plot import plot_run
+
+        console.print(f"plot: {plot_run(report, samples, plot_path)}")
+    if json_path is not None:
+        public = {k: v for k, v in report.items() if not k.startswith("_")}
+        json_path.write_text(json.dumps(public, indent=2) + "\n", encoding="utf-8")
+        console.print(f"report: {json_path}")
+
+
+def _gate_scenario(console: Console, json_path: Path | None) -> None:
     from tidegate.ops.gate_demo import run_gate_demo
 
-    console = Console()
     with redis_url() as url:
-        console.print(
-            f"[bold]{processes} processes[/] push {documents} documents through one gate "
-            f"of {rate}/s, burst {burst}…"
-        )
-        report = run_gate_demo(
-            url, processes=processes, rate=rate, burst=burst, documents=documents
-        ).as_dict()
+        console.print("[bold]4 processes[/] push 120 documents through one gate of 20/s…")
+        report = run_gate_demo(url).as_dict()
     table = Table(title="fleet-wide gate", show_header=False)
     for key, value in report.items():
         table.add_row(key, str(value))
     console.print(table)
-    verdict = "never above" if report["over_ceiling"] == 0 else "ABOVE"
-    console.print(f"admitted {report['admitted']} in {report['elapsed_s']}s: {verdict} the ceiling")
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

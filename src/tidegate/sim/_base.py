@@ -70,6 +70,7 @@ FaultMode: TypeAlias = Literal[
     "429_bad_retry_after",
     "429_huge_retry_after",
     "503",
+    "422",
     "200_not_json",
 ]
 #: ``503``: every write is answered 503. ``refuse``: the listening socket is closed and
@@ -295,6 +296,7 @@ class SimServer(ABC):
         server at once, refused ones included), ``in_flight``, ``first_accept_ts``,
         ``last_accept_ts`` (``time.time()`` floats or ``None``), ``max_accepted_1s``,
         ``accept_timeline`` (every accept instant, ``time.time()`` floats, in order),
+        ``request_timeline`` (``[instant, status]`` of every write, refused ones too),
         ``outage`` and ``fault`` (the active mode or ``None``), plus the sim's own
         settings and state (e.g. ``rate``, ``burst``, ``suspensions``).
         """
@@ -448,7 +450,7 @@ class SimServer(ABC):
             self._recorder.arrived(self._in_flight)
             now = self._clock()
             reply, service_s, admitted = self._decide(now, key, problem)
-            self._recorder.answered(reply.status)
+            self._recorder.answered(reply.status, now)
         try:
             if service_s > 0:
                 self._sleep(service_s)
@@ -590,6 +592,8 @@ def _validate_write(content_type: str, key: str | None, body: bytes) -> Reply | 
 def _fault_reply(mode: FaultMode, headers: dict[str, str]) -> Reply:
     if mode == "503":
         return json_reply(503, {"error": "unavailable"}, headers)
+    if mode == "422":
+        return json_reply(422, {"error": "document_rejected"}, headers)
     if mode == "429_bad_retry_after":
         headers["Retry-After"] = BAD_RETRY_AFTER
     elif mode == "429_huge_retry_after":

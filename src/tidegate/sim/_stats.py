@@ -82,6 +82,7 @@ class StatsRecorder:
 
     __slots__ = (
         "_accept_times",
+        "_answers",
         "_keys",
         "_max_concurrent",
         "_requests",
@@ -93,6 +94,7 @@ class StatsRecorder:
         self._keys: list[str] = []
         self._seen: set[str] = set()
         self._accept_times: list[float] = []
+        self._answers: list[tuple[float, int]] = []
         self._responses: Counter[int] = Counter()
         self._max_concurrent = 0
         self._requests = 0
@@ -102,6 +104,7 @@ class StatsRecorder:
         self._keys.clear()
         self._seen.clear()
         self._accept_times.clear()
+        self._answers.clear()
         self._responses.clear()
         self._max_concurrent = in_flight
         self._requests = 0
@@ -111,9 +114,11 @@ class StatsRecorder:
         self._requests += 1
         self._max_concurrent = max(self._max_concurrent, in_flight)
 
-    def answered(self, status: int) -> None:
-        """A write request was answered with ``status``."""
+    def answered(self, status: int, now: float | None = None) -> None:
+        """A write request was answered with ``status`` (at ``now``, for the timeline)."""
         self._responses[status] += 1
+        if now is not None:
+            self._answers.append((now, status))
 
     def accepted(self, key: str, now: float) -> bool:
         """Record an accepted write; return whether its key had been accepted before."""
@@ -152,4 +157,5 @@ class StatsRecorder:
         }
         if timeline:
             snapshot["accept_timeline"] = [to_wall(t) for t in times]
+            snapshot["request_timeline"] = [[to_wall(t), status] for t, status in self._answers]
         return snapshot

@@ -1,0 +1,63 @@
+"""Celery integration: the safe preset, gated tasks, and the parking mover.
+
+    app = Celery("port", broker="redis://...")
+    tidegate.integrations.celery.setup(app)
+
+``setup`` applies :func:`configure` (prefetch 1, acks_late, JSON only, queues, the
+visibility-timeout check) and installs worker hooks: the check again at worker start
+(a misconfigured worker refuses to start) and a :class:`ParkingMover` in each worker's
+main process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, signals
+
+from tidegate.integrations.celery.gated import ATTEMPT_HEADER, GatedTask
+from tidegate.integrations.celery.mover import ParkingMover
+from tidegate.integrations.celery.preset import (
+    DEFAULT_QUEUES,
+    DEFAULT_ROUTES,
+    CeleryPreset,
+    check_visibility_timeout,
+    configure,
+)
+from tidegate.integrations.celery.runtime import runtime
+
+__all__ = [
+    "ATTEMPT_HEADER",
+    "DEFAULT_QUEUES",
+    "DEFAULT_ROUTES",
+    "CeleryPreset",
+    "GatedTask",
+    "ParkingMover",
+    "check_visibility_timeout",
+    "configure",
+    "setup",
+]
+
+_MOVERS: dict[int, ParkingMover] = {}
+
+
+def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True) -> Celery:
+    """Configure ``app`` and install tidegate's worker hooks; returns ``app``."""
+    configure(app, preset)
+
+    def _check(sender: Any = None, **_: Any) -> None:
+        check_visibility_timeout(app)
+
+    def _start_mover(sender: Any = None, **_: Any) -> None:
+        if mover and id(app) not in _MOVERS:
+            _MOVERS[id(app)] = ParkingMover(app, runtime(app).parking).start()
+
+    def _stop_mover(sender: Any = None, **_: Any) -> None:
+        running = _MOVERS.pop(id(app), None)
+        if running is not None:
+            running.stop()
+
+    signals.worker_init.connect(_check, weak=False)
+    signals.worker_ready.connect(_start_mover, weak=False)
+    signals.worker_shutdown.connect(_stop_mover, weak=False)
+    return app

@@ -1,0 +1,85 @@
+"""Republishes parked messages when they are due.
+
+One mover thread runs in each worker's main process (started on ``worker_ready``);
+claims are atomic, so several movers across the fleet never republish a message twice
+between them, and a mover that dies mid-way loses nothing (the claim lease expires and
+another mover takes it). It sleeps until the next message is due (at most
+``interval_s``), so an idle fleet costs one cheap Redis call per interval.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from celery import Celery
+
+from tidegate.errors import BackendError
+from tidegate.integrations.celery.gated import ATTEMPT_HEADER
+from tidegate.load import ParkingLot
+from tidegate.logging import get_logger
+
+__all__ = ["ParkingMover"]
+
+log = get_logger("tidegate.celery")
+
+
+class ParkingMover:
+    """Moves due parked messages back onto their queues.
+
+    Args:
+        app: the Celery app used to publish.
+        lot: where the parked messages are.
+        interval_s: longest sleep between two looks.
+        batch: most messages moved per look.
+    """
+
+    def __init__(
+        self, app: Celery, lot: ParkingLot, *, interval_s: float = 0.25, batch: int = 200
+    ) -> None:
+        self.app = app
+        self.lot = lot
+        self.interval_s = interval_s
+        self.batch = batch
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def move_once(self) -> int:
+        """Republish what is due now; returns how many messages were moved."""
+        moved = 0
+        for message in self.lot.claim_due(self.batch):
+            env = message.envelope
+            self.app.send_task(
+                env["task"],
+                args=env.get("args", []),
+                kwargs=env.get("kwargs", {}),
+                queue=env.get("queue"),
+                headers={ATTEMPT_HEADER: int(env.get("attempt", 0))},
+            )
+            self.lot.ack(message.id)
+            moved += 1
+        if moved:
+            log.info("parked_messages_moved", messages=moved)
+        return moved
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.move_once() >= self.batch:
+                    continue
+                due_in = self.lot.next_due_in_s()
+            except BackendError:
+                log.warning("parking_mover_backend_error")
+                due_in = None
+            wait = self.interval_s if due_in is None else min(self.interval_s, due_in)
+            self._stop.wait(max(0.01, wait))
+
+    def start(self) -> ParkingMover:
+        """Run in a daemon thread until :meth:`stop`."""
+        self._thread = threading.Thread(target=self._run, name="tidegate-mover", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

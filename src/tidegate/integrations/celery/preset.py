@@ -1,0 +1,154 @@
+"""The safe Celery configuration for a fleet behind slow downstreams.
+
+What each setting is for:
+
+- ``worker_prefetch_multiplier=1`` + ``task_acks_late``: a worker process holds one
+  message at a time and acknowledges it only when done, so the burst stays in the
+  broker (cheap, durable, visible as queue depth) instead of worker RAM.
+- ``task_reject_on_worker_lost``: a SIGKILLed or OOM-killed worker's message is
+  redelivered, not lost.
+- JSON only: no pickle in, no pickle out.
+- one queue per downstream (``edi.customs``, ``edi.tos``…), each served by its own
+  worker pool, so a customs stall never starves TOS pushes.
+- the Redis broker's ``visibility_timeout`` must be comfortably above the hard time
+  limit: an unacknowledged message older than it is handed to *another* worker while
+  the first still runs it (Celery #5935, #6229). :func:`configure` refuses such a
+  setup instead of running every slow task twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+from kombu import Queue
+
+from tidegate.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_QUEUES",
+    "DEFAULT_ROUTES",
+    "REDIS_DEFAULT_VISIBILITY_TIMEOUT_S",
+    "CeleryPreset",
+    "check_visibility_timeout",
+    "configure",
+]
+
+#: The queue topology: one queue per downstream, plus the bulk fan-out queues.
+DEFAULT_QUEUES: tuple[str, ...] = ("edi.customs", "edi.tos", "bulk.dispatch", "bl.parse")
+
+#: Routes by task name (glob patterns, as Celery's ``task_routes`` accepts them).
+DEFAULT_ROUTES: Mapping[str, str] = {
+    "edi.customs.*": "edi.customs",
+    "edi.tos.*": "edi.tos",
+    "bulk.dispatch": "bulk.dispatch",
+    "bulk.aggregate": "bulk.dispatch",
+    "bulk.parse_bl": "bl.parse",
+}
+
+#: kombu's Redis transport default (one hour).
+REDIS_DEFAULT_VISIBILITY_TIMEOUT_S = 3600.0
+
+#: The visibility timeout must exceed the hard time limit by at least this factor.
+VISIBILITY_MARGIN = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class CeleryPreset:
+    """The knobs of :func:`configure`.
+
+    Args:
+        soft_time_limit_s: a task gets ``SoftTimeLimitExceeded`` after this long (it is
+            then parked and retried, like any transient failure).
+        hard_time_limit_s: the worker process is killed after this long; it includes
+            any time spent waiting in place for the gate.
+        max_tasks_per_child: recycle pool processes to cap slow leaks.
+        rate_limits: per-task ``rate_limit`` annotations (e.g. ``{"edi.tos.push":
+            "50/s"}``). **Per worker instance**, as in Celery; the fleet-wide limit is
+            the gate — use these only as a local safety net.
+        queues: queue names to declare.
+        routes: task-name pattern → queue.
+    """
+
+    soft_time_limit_s: float = 240.0
+    hard_time_limit_s: float = 300.0
+    max_tasks_per_child: int = 1000
+    rate_limits: Mapping[str, str] = field(default_factory=dict)
+    queues: tuple[str, ...] = DEFAULT_QUEUES
+    routes: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ROUTES))
+
+    def __post_init__(self) -> None:
+        if not 0 < self.soft_time_limit_s < self.hard_time_limit_s:
+            raise ConfigurationError(
+                "need 0 < soft_time_limit_s < hard_time_limit_s, got "
+                f"{self.soft_time_limit_s!r} and {self.hard_time_limit_s!r}"
+            )
+        if self.max_tasks_per_child < 1:
+            raise ConfigurationError(
+                f"max_tasks_per_child must be >= 1, got {self.max_tasks_per_child!r}"
+            )
+        unknown = set(self.routes.values()) - set(self.queues)
+        if unknown:
+            raise ConfigurationError(f"routes name undeclared queues: {sorted(unknown)}")
+
+
+def _visibility_timeout(app: Celery) -> float | None:
+    url = str(app.conf.broker_url or "")
+    if not url.startswith(("redis://", "rediss://", "unix://", "sentinel://")):
+        return None  # AMQP brokers redeliver on connection loss, not on a timer
+    options: dict[str, Any] = dict(app.conf.broker_transport_options or {})
+    return float(options.get("visibility_timeout", REDIS_DEFAULT_VISIBILITY_TIMEOUT_S))
+
+
+def check_visibility_timeout(app: Celery) -> None:
+    """Refuse a Redis broker whose visibility timeout a running task could outlive.
+
+    Raises:
+        ConfigurationError: the timeout is below ``2 ×`` the hard time limit.
+    """
+    timeout = _visibility_timeout(app)
+    hard = app.conf.task_time_limit
+    if timeout is None or hard is None:
+        return
+    needed = VISIBILITY_MARGIN * float(hard)
+    if timeout < needed:
+        raise ConfigurationError(
+            f"broker visibility_timeout={timeout:g}s is not comfortably above the hard time "
+            f"limit {float(hard):g}s: with acks_late on Redis a task still running after "
+            f"{timeout:g}s is redelivered and runs twice. Set "
+            f"broker_transport_options={{'visibility_timeout': {needed:g}}} or more, "
+            "or lower the time limit."
+        )
+
+
+def configure(app: Celery, preset: CeleryPreset | None = None) -> Celery:
+    """Apply the safe preset to ``app`` and check it; returns ``app``.
+
+    Raises:
+        ConfigurationError: the broker's visibility timeout is too short (see module).
+    """
+    preset = preset or CeleryPreset()
+    app.conf.update(
+        worker_prefetch_multiplier=1,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_max_tasks_per_child=preset.max_tasks_per_child,
+        task_soft_time_limit=preset.soft_time_limit_s,
+        task_time_limit=preset.hard_time_limit_s,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        event_serializer="json",
+        task_queues=[Queue(name, routing_key=name) for name in preset.queues],
+        task_default_queue=preset.queues[0],
+        task_routes={pattern: {"queue": queue} for pattern, queue in preset.routes.items()},
+        task_annotations={name: {"rate_limit": rate} for name, rate in preset.rate_limits.items()},
+        broker_connection_retry_on_startup=True,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+    )
+    check_visibility_timeout(app)
+    return app

@@ -1,0 +1,67 @@
+"""Per-process tidegate state for Celery workers: one Redis client, gates, parking, DLQ.
+
+Built lazily in each pool process (after the fork), never shared across a fork.
+Redis comes from ``app.conf.tidegate_redis_url``, else ``TIDEGATE_REDIS_URL``, else the
+broker URL when the broker is Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from celery import Celery
+
+from tidegate._redis import client_from_url
+from tidegate.errors import ConfigurationError
+from tidegate.flow import Gate
+from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.load import DeadLetterQueue, ParkingLot
+
+__all__ = ["Runtime", "runtime"]
+
+
+class Runtime:
+    """What a worker process needs to gate, park and dead-letter."""
+
+    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX) -> None:
+        self.client = client_from_url(url)
+        self.prefix = prefix
+        self.parking = ParkingLot(self.client, prefix=prefix)
+        self.dlq = DeadLetterQueue(self.client, prefix=prefix)
+        self._gates: dict[str, Gate] = {}
+        self._lock = threading.Lock()
+
+    def gate(self, name: str) -> Gate:
+        """The gate of downstream ``name`` (defaults from ``TIDEGATE_<NAME>_*``)."""
+        with self._lock:
+            if name not in self._gates:
+                self._gates[name] = Gate(self.client, name, prefix=self.prefix)
+            return self._gates[name]
+
+
+_RUNTIMES: dict[tuple[int, int], Runtime] = {}
+_LOCK = threading.Lock()
+
+
+def _redis_url(app: Celery) -> str:
+    url = app.conf.get("tidegate_redis_url") or os.environ.get("TIDEGATE_REDIS_URL")
+    if url:
+        return str(url)
+    broker = str(app.conf.broker_url or "")
+    if broker.startswith(("redis://", "rediss://", "unix://")):
+        return broker
+    raise ConfigurationError(
+        "tidegate needs Redis for its gates: set app.conf.tidegate_redis_url or "
+        "TIDEGATE_REDIS_URL (the broker is not Redis)"
+    )
+
+
+def runtime(app: Celery) -> Runtime:
+    """This process's runtime for ``app`` (re-created in a forked child)."""
+    key = (os.getpid(), id(app))
+    with _LOCK:
+        if key not in _RUNTIMES:
+            prefix = str(app.conf.get("tidegate_prefix") or DEFAULT_PREFIX)
+            _RUNTIMES[key] = Runtime(_redis_url(app), prefix=prefix)
+        return _RUNTIMES[key]

@@ -1,0 +1,112 @@
+"""Durable parking for messages that must wait long: a Redis sorted set by due time.
+
+A worker that would have to wait minutes for the gate (the downstream paused us, or
+its backlog of reservations is long) must not hold the message, and must not use a
+Celery ``countdown``/``eta`` either: ETA tasks sit in worker memory until due (Celery
+#9849), which rebuilds exactly the memory balloon prefetch 1 avoided. Instead the
+message is *parked* here — durable, in Redis, invisible to the workers — and a mover
+republishes it when due. Claiming is crash-safe (``claim_due.lua``): a mover that dies
+between claim and republish loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from tidegate._redis import lua_script, map_redis_errors
+from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.logging import get_logger
+
+__all__ = ["ParkedMessage", "ParkingLot"]
+
+log = get_logger("tidegate.load")
+
+#: How long a mover has to republish a claimed message before another may take it, ms.
+CLAIM_LEASE_MS = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedMessage:
+    """One parked message: ``envelope`` is whatever the integration needs to republish."""
+
+    id: str
+    envelope: dict[str, Any]
+
+
+class ParkingLot:
+    """The parked messages of one namespace.
+
+    Args:
+        client: a sync Redis client.
+        prefix: key prefix; all keys share one ``{hash tag}`` (Cluster-ready).
+    """
+
+    def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+        self.client = client
+        base = f"{prefix}:{{parking}}"
+        self._due, self._envelopes, self._inflight = (
+            f"{base}:due",
+            f"{base}:env",
+            f"{base}:inflight",
+        )
+        self._park = client.register_script(lua_script("park", "tidegate.load"))
+        self._claim = client.register_script(lua_script("claim_due", "tidegate.load"))
+
+    def park(self, envelope: Mapping[str, Any], *, delay_s: float, reason: str) -> str:
+        """Store ``envelope`` until ``delay_s`` from now (fleet clock); return its id."""
+        message_id = uuid.uuid4().hex
+        body = json.dumps(dict(envelope), separators=(",", ":"))
+        with map_redis_errors("park"):
+            self._park(
+                [self._due, self._envelopes],
+                ["", repr(max(0.0, delay_s) * 1000.0), message_id, body],
+            )
+        log.info(
+            "message_parked",
+            message_id=message_id,
+            task=envelope.get("task"),
+            delay_s=round(delay_s, 3),
+            reason=reason,
+        )
+        return message_id
+
+    def claim_due(self, limit: int = 100) -> list[ParkedMessage]:
+        """Claim up to ``limit`` due messages; :meth:`ack` each after republishing it."""
+        with map_redis_errors("claim parked"):
+            flat = self._claim(
+                [self._due, self._envelopes, self._inflight], ["", limit, CLAIM_LEASE_MS]
+            )
+        return [
+            ParkedMessage(flat[i].decode(), json.loads(flat[i + 1])) for i in range(0, len(flat), 2)
+        ]
+
+    def ack(self, message_id: str) -> None:
+        """Forget a republished message."""
+        with map_redis_errors("ack parked"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.zrem(self._inflight, message_id)
+            pipe.hdel(self._envelopes, message_id)
+            pipe.execute()
+
+    def depth(self) -> int:
+        """Messages parked or being moved (not yet republished)."""
+        with map_redis_errors("parking depth"):
+            return int(self.client.hlen(self._envelopes))
+
+    def next_due_in_s(self) -> float | None:
+        """Seconds until the earliest parked message is due (fleet clock), or None."""
+        with map_redis_errors("parking next due"):
+            first = cast(
+                "list[tuple[bytes, float]]", self.client.zrange(self._due, 0, 0, withscores=True)
+            )
+            if not first:
+                return None
+            seconds, micros = self.client.time()
+        now_ms = seconds * 1000 + micros / 1000
+        return max(0.0, (first[0][1] - now_ms) / 1000.0)

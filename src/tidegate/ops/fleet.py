@@ -1,0 +1,170 @@
+"""Real Celery worker processes for the demo, the benchmarks and the integration tests.
+
+Starts ``celery -A <app> worker`` subprocesses (one pool per downstream queue), waits
+until each answers a ping, samples their memory (main process + pool children), and
+stops them — SIGTERM, then SIGKILL — whatever happens to the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from tidegate.errors import ConfigurationError
+
+__all__ = ["Fleet", "Pool"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One worker: the queues it consumes and its process count.
+
+    Args:
+        name: node name prefix (``customs`` → ``customs@<host>``).
+        queues: queues consumed.
+        concurrency: prefork pool processes.
+        prefetch: ``--prefetch-multiplier`` (1 = hold one message per process).
+        extra: more ``celery worker`` arguments.
+    """
+
+    name: str
+    queues: Sequence[str]
+    concurrency: int = 2
+    prefetch: int = 1
+    extra: Sequence[str] = ()
+
+
+@dataclass
+class Fleet:
+    """The worker processes of one run.
+
+    Args:
+        app: the ``-A`` argument (e.g. ``tidegate.ops.vessel_app``).
+        pools: the workers to start.
+        env: extra environment for the workers (URLs, gate defaults).
+        log_dir: where each worker's stdout/stderr goes.
+    """
+
+    app: str
+    pools: Sequence[Pool]
+    env: Mapping[str, str] = field(default_factory=dict)
+    log_dir: Path | None = None
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _logs: list[IO[bytes]] = field(default_factory=list)
+
+    def start(self, *, ready_timeout_s: float = 60.0) -> Fleet:
+        """Start every pool; return once all answer ``celery inspect ping``."""
+        env = {**os.environ, **self.env}
+        for pool in self.pools:
+            args = [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                self.app,
+                "worker",
+                "-Q",
+                ",".join(pool.queues),
+                "-c",
+                str(pool.concurrency),
+                "--prefetch-multiplier",
+                str(pool.prefetch),
+                "-n",
+                f"{pool.name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "-l",
+                "WARNING",
+                *pool.extra,
+            ]
+            out: IO[bytes] | int = subprocess.DEVNULL
+            if self.log_dir is not None:
+                handle = (self.log_dir / f"worker-{pool.name}.log").open("ab")
+                self._logs.append(handle)
+                out = handle
+            self.procs[pool.name] = subprocess.Popen(
+                args, env=env, stdout=out, stderr=out, start_new_session=True
+            )
+        self._wait_ready(ready_timeout_s)
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        from celery import Celery
+
+        probe = Celery(
+            broker=self.env.get("TIDEGATE_REDIS_URL") or os.environ["TIDEGATE_REDIS_URL"]
+        )
+        wanted = {pool.name for pool in self.pools}
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                for name, proc in self.procs.items():
+                    if proc.poll() is not None:
+                        raise ConfigurationError(
+                            f"worker {name} exited with code {proc.returncode} at start-up"
+                        )
+                replies = probe.control.ping(timeout=1.0) or []
+                seen = {next(iter(reply)).split("@")[0] for reply in replies}
+                if wanted <= seen:
+                    return
+            raise ConfigurationError(f"workers {sorted(wanted)} not ready after {timeout_s:g}s")
+        finally:
+            probe.close()
+
+    def pids(self) -> list[int]:
+        """Every worker process: main processes and their pool children."""
+        import psutil
+
+        pids = []
+        for proc in self.procs.values():
+            try:
+                parent = psutil.Process(proc.pid)
+                pids.append(parent.pid)
+                pids.extend(child.pid for child in parent.children(recursive=True))
+            except psutil.NoSuchProcess:
+                continue
+        return pids
+
+    def rss_mb(self) -> dict[str, float]:
+        """Resident memory per pool (main + children), in MiB."""
+        import psutil
+
+        usage: dict[str, float] = {}
+        for name, proc in self.procs.items():
+            total = 0
+            try:
+                parent = psutil.Process(proc.pid)
+                for member in [parent, *parent.children(recursive=True)]:
+                    total += member.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+            usage[name] = total / 2**20
+        return usage
+
+    def stop(self, *, grace_s: float = 10.0) -> None:
+        """Warm shutdown (SIGTERM), then SIGKILL the whole process group."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for handle in self._logs:
+            handle.close()
+
+    def __enter__(self) -> Fleet:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

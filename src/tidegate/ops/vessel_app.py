@@ -1,0 +1,89 @@
+"""The Celery app of the vessel-burst demo and of the integration tests.
+
+Run by real workers, one pool per downstream::
+
+    celery -A tidegate.ops.vessel_app worker -Q edi.customs -c 2 -n customs@%h
+    celery -A tidegate.ops.vessel_app worker -Q edi.tos -c 4 -n tos@%h
+
+Configuration comes from the environment, so the demo, the tests and a user's shell
+all start workers the same way:
+
+- ``TIDEGATE_REDIS_URL`` — broker, gate state, parking and DLQ;
+- ``TIDEGATE_CUSTOMS_URL`` / ``TIDEGATE_TOS_URL`` — the downstreams' base URLs;
+- ``TIDEGATE_CUSTOMS_RATE`` / ``_BURST``, ``TIDEGATE_TOS_CONCURRENCY`` … — gate defaults;
+- ``TIDEGATE_MAX_WAIT_S`` — longest wait in place before a message is parked;
+- ``TIDEGATE_VISIBILITY_TIMEOUT_S`` — the Redis broker's visibility timeout (checked
+  against the hard time limit: a worker with a too-short one refuses to start).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Celery, signals
+
+from tidegate.downstream import DownstreamClient
+from tidegate.integrations.celery import GatedTask, setup
+from tidegate.integrations.celery.runtime import runtime
+from tidegate.logging import configure as configure_logging
+
+__all__ = ["app", "push_tos", "submit_customs"]
+
+_REDIS = os.environ.get("TIDEGATE_REDIS_URL") or os.environ.get(
+    "REDIS_URL", "redis://127.0.0.1:6379/0"
+)
+
+app = Celery("tidegate-vessel", broker=_REDIS)
+app.conf.tidegate_redis_url = _REDIS
+app.conf.tidegate_prefix = os.environ.get("TIDEGATE_PREFIX", "tidegate")
+app.conf.task_ignore_result = True
+app.conf.worker_hijack_root_logger = False
+if "TIDEGATE_VISIBILITY_TIMEOUT_S" in os.environ:
+    app.conf.broker_transport_options = {
+        "visibility_timeout": float(os.environ["TIDEGATE_VISIBILITY_TIMEOUT_S"])
+    }
+setup(app)
+
+_PATHS = {"customs": "/declarations", "tos": "/container-reports"}
+_CLIENTS: dict[tuple[int, str], DownstreamClient] = {}
+_LOCK = threading.Lock()
+
+
+def _client(name: str) -> DownstreamClient:
+    """One HTTP client per process and downstream, telling the gate about 429s."""
+    key = (os.getpid(), name)
+    with _LOCK:
+        if key not in _CLIENTS:
+            base = os.environ[f"TIDEGATE_{name.upper()}_URL"]
+            _CLIENTS[key] = DownstreamClient(name, base, feedback=runtime(app).gate(name))
+        return _CLIENTS[key]
+
+
+def _deliver(name: str, envelope: Mapping[str, Any]) -> dict[str, Any]:
+    body = {"type": envelope["type"], "class": envelope["class"], "edifact": envelope["body"]}
+    answer = _client(name).send(_PATHS[name], body, idempotency_key=str(envelope["key"]))
+    return {"tidegate": "delivered", "downstream": name, "status": answer.get("status")}
+
+
+_MAX_WAIT_S = float(os.environ.get("TIDEGATE_MAX_WAIT_S", "10"))
+
+
+@app.task(base=GatedTask, name="edi.customs.submit", downstream="customs", max_wait_s=_MAX_WAIT_S)
+def submit_customs(envelope: dict[str, Any]) -> dict[str, Any]:
+    """Lodge one customs-bound document (VERMAS, CUSCAR) with the single window."""
+    return _deliver("customs", envelope)
+
+
+@app.task(base=GatedTask, name="edi.tos.push", downstream="tos", max_wait_s=_MAX_WAIT_S)
+def push_tos(envelope: dict[str, Any]) -> dict[str, Any]:
+    """Push one terminal message (COARRI, CODECO) to the TOS."""
+    return _deliver("tos", envelope)
+
+
+@signals.celeryd_init.connect
+def _logging(**_: Any) -> None:
+    """JSON decision events from every worker process (the pool forks after this)."""
+    configure_logging(level=os.environ.get("TIDEGATE_LOG_LEVEL", "INFO"))

@@ -1,0 +1,110 @@
+"""Real Celery workers behind the gate: pause, parking, dead letters, refusal to start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
+
+
+def test_429_pauses_every_worker(fleet: Any) -> None:
+    """A gate set far above the gateway's real rate: each 429 pauses the whole fleet.
+
+    Three worker processes share the customs pool. After every 429 (Retry-After >= 1 s)
+    the gateway sees no call at all for the rest of that second — not from the worker
+    that got the 429, nor from the other two — and every document still arrives once.
+    """
+    fleet.gate("customs").configure(rate=50, burst=5)
+    keys = fleet.submit("edi.customs", 12)
+
+    fleet.wait_for(lambda: fleet.settled(len(keys)), timeout_s=90)
+
+    stats = fleet.customs.stats()
+    timeline = stats["request_timeline"]
+    throttled_at = [t for t, status in timeline if status == 429]
+    assert throttled_at, "the gate was set above the gateway's rate: 429s were expected"
+    for t in throttled_at:
+        # Calls already admitted before the pause may land a few ms after the 429.
+        during_pause = [u for u, _ in timeline if t + 0.1 < u < t + 0.9]
+        assert during_pause == [], f"calls reached the gateway during the pause after {t}"
+    assert stats["distinct_keys"] == len(keys)
+    assert stats["duplicates"] == 0
+    assert set(fleet.customs.accepted_keys()) == set(keys)
+
+
+def test_long_pause_parks_messages_instead_of_holding_them(fleet: Any) -> None:
+    """A pause longer than max_wait: messages are parked in Redis, workers hold nothing.
+
+    No ETA/countdown tasks sit in worker memory (`inspect scheduled` is empty), nothing
+    is reserved, the queue is empty — and when the pause ends, everything is delivered.
+    """
+    fleet.gate("customs").pause(6.0, "maintenance")
+    keys = fleet.submit("edi.customs", 8)
+
+    fleet.wait_for(lambda: fleet.parking.depth() == len(keys), timeout_s=30)
+    scheduled = fleet.inspect("scheduled")
+    reserved = fleet.inspect("reserved")
+    queue_depth = fleet.client.llen("edi.customs")
+    unacked = fleet.client.hlen("unacked")
+    fleet.wait_for(lambda: fleet.settled(len(keys)), timeout_s=60)
+
+    assert scheduled, "every worker answers inspect"
+    assert all(tasks == [] for tasks in scheduled.values())
+    assert all(tasks == [] for tasks in reserved.values())
+    assert queue_depth == 0
+    assert unacked == 0
+    stats = fleet.customs.stats(timeline=False)
+    assert stats["distinct_keys"] == len(keys)
+    assert stats["responses_429"] == 0
+    assert len(fleet.dlq) == 0
+
+
+def test_transient_503s_are_retried_with_backoff_not_lost(fleet: Any) -> None:
+    """Three 503s: the affected messages are parked with backoff and delivered later."""
+    fleet.tos.set_fault("503", count=3)
+    keys = fleet.submit("edi.tos", 6)
+
+    fleet.wait_for(lambda: fleet.settled(len(keys)), timeout_s=60)
+
+    stats = fleet.tos.stats(timeline=False)
+    assert stats["responses_503"] == 3
+    assert stats["distinct_keys"] == len(keys)
+    assert stats["duplicates"] == 0
+    assert len(fleet.dlq) == 0
+
+
+def test_rejected_documents_are_dead_lettered_with_the_reason(fleet: Any) -> None:
+    """A downstream that refuses documents (422): each lands in the DLQ once, none retried."""
+    fleet.tos.set_fault("422", count=2)
+    keys = fleet.submit("edi.tos", 5)
+
+    fleet.wait_for(lambda: fleet.settled(len(keys)), timeout_s=60)
+
+    letters = list(fleet.dlq.iter())
+    stats = fleet.tos.stats(timeline=False)
+    assert len(letters) == 2
+    assert {letter.reason for letter in letters} == {"downstream rejected the document (HTTP 422)"}
+    assert {letter.exception for letter in letters} == {"DownstreamRejected"}
+    assert all(letter.task == "edi.tos.push" for letter in letters)
+    assert all(letter.payload["args"][0]["key"] == letter.key for letter in letters)
+    assert stats["responses"].get("422") == 2  # refused once each: never retried
+    assert stats["distinct_keys"] == 3
+    assert {letter.key for letter in letters} | set(fleet.tos.accepted_keys()) == set(keys)
+
+
+def test_misconfigured_visibility_timeout_refuses_to_start(redis_url: str) -> None:
+    """A visibility timeout below 2 × the hard time limit: the worker exits with the reason."""
+    env = {**os.environ, "TIDEGATE_REDIS_URL": redis_url, "TIDEGATE_VISIBILITY_TIMEOUT_S": "300"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tidegate.ops.vessel_app", "worker",
+         "-Q", "edi.customs", "-c", "1"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+    assert proc.returncode != 0
+    assert "visibility_timeout=300s" in proc.stderr + proc.stdout
