@@ -69,7 +69,19 @@ class Harness:
             if predicate():
                 return
             time.sleep(0.1)
-        raise AssertionError(f"condition not met within {timeout_s}s")
+        raise AssertionError(f"condition not met within {timeout_s}s; state: {self.state()}")
+
+    def state(self) -> dict[str, Any]:
+        """What the fleet looks like, for a failure message."""
+        return {
+            "customs": self.customs.stats(timeline=False)["responses"],
+            "tos": self.tos.stats(timeline=False)["responses"],
+            "tos_distinct": self.tos.stats(timeline=False)["distinct_keys"],
+            "dlq": [(x.key[:8], x.reason) for x in self.dlq.iter()],
+            "parked": self.parking.depth(),
+            "queues": {q: self.client.llen(q) for q in TASKS},
+            "unacked": self.client.hlen("unacked"),
+        }
 
     def inspect(self, method: str) -> dict[str, Any]:
         """`celery inspect <method>` over every worker, as {node: result}."""
@@ -102,9 +114,13 @@ def harness(redis_url: str) -> Iterator[Harness]:
             "TIDEGATE_MAX_WAIT_S": "1.5",
             "TIDEGATE_LOG_LEVEL": "WARNING",
         }
-        pools = [Pool("customs", ["edi.customs"], concurrency=3), Pool("tos", ["edi.tos"], 2)]
+        pools = [
+            Pool("customs", ["edi.customs"], concurrency=3),
+            Pool("tos", ["edi.tos"], concurrency=2),
+            Pool("bulk", ["bulk.dispatch", "bl.parse"], concurrency=2),
+        ]
         fleet = Fleet("tidegate.ops.vessel_app", pools, env=env)
-        producer = Celery(broker=redis_url)
+        producer = Celery(broker=redis_url, backend=redis_url)
         fleet.start()
         try:
             yield Harness(redis_url, prefix, client, customs, tos, fleet, producer)
@@ -114,19 +130,19 @@ def harness(redis_url: str) -> Iterator[Harness]:
             keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             if keys:
                 client.delete(*keys)
-            client.delete("edi.customs", "edi.tos")
+            client.delete("edi.customs", "edi.tos", "bulk.dispatch", "bl.parse")
             client.close()
 
 
 @pytest.fixture
 def fleet(harness: Harness) -> Harness:
-    """The shared fleet, reset: sims cleared, gates at their defaults, DLQ empty."""
+    """The shared fleet, reset: sims cleared, all tidegate state in Redis removed."""
     harness.customs.reset()
     harness.tos.reset()
     harness.customs.clear_fault()
     harness.tos.clear_fault()
-    for name in ("customs", "tos"):
-        harness.client.delete(f"{harness.prefix}:gate:{{{name}}}:config",
-                              f"{harness.prefix}:gate:{{{name}}}:pause")  # fmt: skip
-    harness.dlq.purge()
+    # Every piece of tidegate state (gates, ledger, DLQ, parking, batches) starts empty.
+    stale = list(harness.client.scan_iter(match=f"{harness.prefix}:*", count=1000))
+    if stale:
+        harness.client.delete(*stale)
     return harness

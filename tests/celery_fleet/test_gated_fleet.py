@@ -83,7 +83,7 @@ def test_rejected_documents_are_dead_lettered_with_the_reason(fleet: Any) -> Non
     fleet.tos.set_fault("422", count=2)
     keys = fleet.submit("edi.tos", 5)
 
-    fleet.wait_for(lambda: fleet.settled(len(keys)), timeout_s=60)
+    fleet.wait_for(lambda: fleet.settled(len(keys)), timeout_s=120)
 
     letters = list(fleet.dlq.iter())
     stats = fleet.tos.stats(timeline=False)

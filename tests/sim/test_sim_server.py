@@ -373,3 +373,20 @@ def test_exported_names() -> None:
     }
     assert len(exported) == len(set(exported))
     assert set(exported) == public
+
+
+def test_rejected_keys_get_422_until_cleared() -> None:
+    """A downstream that refuses particular documents (unknown reference data)."""
+    import httpx
+
+    from tidegate.sim import TosSim
+
+    with TosSim(max_connections=2, service_s=0.0) as tos:
+        tos.reject_keys({"BL-POISON"})
+        refused = httpx.post(tos.endpoint, json={}, headers={"Idempotency-Key": "BL-POISON"})
+        other = httpx.post(tos.endpoint, json={}, headers={"Idempotency-Key": "BL-OK"})
+        tos.reject_keys(())
+        later = httpx.post(tos.endpoint, json={}, headers={"Idempotency-Key": "BL-POISON"})
+
+        assert (refused.status_code, other.status_code, later.status_code) == (422, 200, 200)
+        assert tos.stats(timeline=False)["distinct_keys"] == 2

@@ -34,11 +34,13 @@ def cli(log_level: str) -> None:
 
 def _register() -> None:
     from tidegate.cli.demo import demo
+    from tidegate.cli.dlq import dlq
     from tidegate.cli.edi import edi
     from tidegate.cli.gate import gate
 
     cli.add_command(gate)
     cli.add_command(edi)
+    cli.add_command(dlq)
     cli.add_command(demo)
 
 

@@ -14,7 +14,13 @@ import redis
 from tidegate._redis import client_from_url
 from tidegate.errors import TidegateError
 
-__all__ = ["TidegateCLIError", "echo_json", "redis_client", "redis_url_option"]
+__all__ = [
+    "TidegateCLIError",
+    "echo_json",
+    "redis_client",
+    "redis_url_option",
+    "resolve_redis_url",
+]
 
 
 class TidegateCLIError(click.ClickException):
@@ -33,12 +39,18 @@ redis_url_option = click.option(
 )
 
 
-@contextlib.contextmanager
-def redis_client(url: str | None) -> Iterator[redis.Redis]:
-    """Connect to ``url`` (or REDIS_URL); tidegate errors become clean CLI errors."""
+def resolve_redis_url(url: str | None) -> str:
+    """``url``, else REDIS_URL; a clear error when neither is set."""
     target = url or os.environ.get("REDIS_URL")
     if not target:
         raise TidegateCLIError("no Redis: pass --redis-url or set TIDEGATE_REDIS_URL / REDIS_URL")
+    return target
+
+
+@contextlib.contextmanager
+def redis_client(url: str | None) -> Iterator[redis.Redis]:
+    """Connect to ``url`` (or REDIS_URL); tidegate errors become clean CLI errors."""
+    target = resolve_redis_url(url)
     try:
         client = client_from_url(target)
     except TidegateError as exc:

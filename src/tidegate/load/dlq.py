@@ -146,6 +146,16 @@ class DeadLetterQueue:
                 if limit is not None and yielded >= limit:
                     return
 
+    def mark_replayed(self, key: str) -> DeadLetter | None:
+        """Count one more replay of ``key``; the record stays until the unit is delivered."""
+        letter = self.get(key)
+        if letter is None:
+            return None
+        updated = DeadLetter(**{**asdict(letter), "replays": letter.replays + 1})
+        with map_redis_errors("dlq mark replayed"):
+            self.client.hset(self._records, key, json.dumps(asdict(updated)))
+        return updated
+
     def remove(self, key: str) -> bool:
         """Delete one record (after a successful replay)."""
         with map_redis_errors("dlq remove"):

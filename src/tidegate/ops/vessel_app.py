@@ -4,6 +4,7 @@ Run by real workers, one pool per downstream::
 
     celery -A tidegate.ops.vessel_app worker -Q edi.customs -c 2 -n customs@%h
     celery -A tidegate.ops.vessel_app worker -Q edi.tos -c 4 -n tos@%h
+    celery -A tidegate.ops.vessel_app worker -Q bulk.dispatch,bl.parse -c 2 -n bulk@%h
 
 Configuration comes from the environment, so the demo, the tests and a user's shell
 all start workers the same way:
@@ -25,18 +26,19 @@ from typing import Any
 
 from celery import Celery, signals
 
+from tidegate.bulk.celery import install_bulk
 from tidegate.downstream import DownstreamClient
 from tidegate.integrations.celery import GatedTask, setup
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.logging import configure as configure_logging
 
-__all__ = ["app", "push_tos", "submit_customs"]
+__all__ = ["app", "bulk", "push_tos", "submit_customs"]
 
 _REDIS = os.environ.get("TIDEGATE_REDIS_URL") or os.environ.get(
     "REDIS_URL", "redis://127.0.0.1:6379/0"
 )
 
-app = Celery("tidegate-vessel", broker=_REDIS)
+app = Celery("tidegate-vessel", broker=_REDIS, backend=_REDIS)
 app.conf.tidegate_redis_url = _REDIS
 app.conf.tidegate_prefix = os.environ.get("TIDEGATE_PREFIX", "tidegate")
 app.conf.task_ignore_result = True
@@ -81,6 +83,20 @@ def submit_customs(envelope: dict[str, Any]) -> dict[str, Any]:
 def push_tos(envelope: dict[str, Any]) -> dict[str, Any]:
     """Push one terminal message (COARRI, CODECO) to the TOS."""
     return _deliver("tos", envelope)
+
+
+def _forward_bl(envelope: Mapping[str, Any]) -> dict[str, Any]:
+    body = {
+        "type": "BL",
+        "bl_number": envelope["bl_number"],
+        "batch_id": envelope["batch_id"],
+        "containers": envelope["containers"],
+    }
+    _client("tos").send(_PATHS["tos"], body, idempotency_key=str(envelope["key"]))
+    return {"tidegate": "delivered", "downstream": "tos", "bl_number": envelope["bl_number"]}
+
+
+bulk = install_bulk(app, forward=_forward_bl)
 
 
 @signals.celeryd_init.connect

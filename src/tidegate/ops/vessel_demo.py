@@ -32,7 +32,7 @@ from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
 from tidegate.sim import CustomsSim, TosSim
 
-__all__ = ["Sample", "VesselConfig", "run_vessel_demo"]
+__all__ = ["Sample", "VesselConfig", "cleanup_prefix", "queue_depths", "run_vessel_demo"]
 
 TASK_FOR_QUEUE = {"edi.customs": "edi.customs.submit", "edi.tos": "edi.tos.push"}
 
@@ -74,7 +74,8 @@ class _Run:
     samples: list[Sample] = field(default_factory=list)
 
 
-def _depths(client: Any, queues: list[str]) -> dict[str, int]:
+def queue_depths(client: Any, queues: list[str]) -> dict[str, int]:
+    """LLEN of each queue, plus the broker's unacknowledged messages (one round trip)."""
     pipe = client.pipeline(transaction=False)
     for queue in queues:
         pipe.llen(queue)
@@ -173,7 +174,7 @@ def run_vessel_demo(
             deadline = start + config.timeout_s
             while True:
                 c_stats, t_stats = customs.stats(timeline=False), tos.stats(timeline=False)
-                depth = _depths(client, queues)
+                depth = queue_depths(client, queues)
                 rss = sum(fleet.rss_mb().values())
                 peak_rss = max(peak_rss, rss)
                 sample = Sample(
@@ -225,7 +226,7 @@ def run_vessel_demo(
         "tos": t_full.get("accept_timeline", []),
         "t0": time.time() - (time.monotonic() - start),
     }
-    _cleanup(client, prefix)
+    cleanup_prefix(client, prefix)
     return report, samples
 
 
@@ -236,7 +237,8 @@ def _count(values: Any) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _cleanup(client: Any, prefix: str) -> None:
+def cleanup_prefix(client: Any, prefix: str) -> None:
+    """Delete every key of a run and close the client."""
     keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
         client.delete(*keys)

@@ -33,7 +33,7 @@ import math
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Self, TypeAlias, get_args
@@ -190,6 +190,7 @@ class SimServer(ABC):
         self._in_flight = 0
         self._admitted_in_flight = 0
         self._fault: _Fault | None = None
+        self._rejected: frozenset[str] = frozenset()
         self._outage: _Outage | None = None
         self._server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -332,6 +333,7 @@ class SimServer(ABC):
         with self._lock:
             self._recorder.reset(in_flight=self._in_flight)
             self._fault = None
+            self._rejected = frozenset()
             self._outage = None
             self._reset_policy(self._clock())
         log.info("sim_reset", kind=self.kind)
@@ -366,6 +368,17 @@ class SimServer(ABC):
         with self._lock:
             self._fault = None
         log.info("sim_fault_cleared", kind=self.kind)
+
+    def reject_keys(self, keys: Iterable[str]) -> None:
+        """Refuse writes with these idempotency keys (422), e.g. an unknown consignee.
+
+        The document itself is the problem, not the load: the client must not retry,
+        and the unit is dead-lettered until the reference data is fixed — which
+        ``reject_keys(())`` simulates.
+        """
+        with self._lock:
+            self._rejected = frozenset(keys)
+        log.info("sim_reject_keys", kind=self.kind, keys=len(self._rejected))
 
     def set_outage(
         self, seconds: float | None, *, mode: OutageMode = "503", retry_after: bool = False
@@ -479,6 +492,8 @@ class SimServer(ABC):
             problem.headers.update(headers)
             return problem, 0.0, False
         assert key is not None
+        if key in self._rejected:
+            return json_reply(422, {"error": "unknown_reference"}, headers), 0.0, False
         verdict = self._admit(now)
         if verdict.status != 200:
             if verdict.retry_after_s is not None:

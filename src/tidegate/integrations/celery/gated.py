@@ -29,12 +29,14 @@ from tidegate.integrations.celery.runtime import Runtime, runtime
 from tidegate.load import DeadLetter
 from tidegate.logging import get_logger
 
-__all__ = ["ATTEMPT_HEADER", "GatedTask"]
+__all__ = ["ATTEMPT_HEADER", "REPLAY_HEADER", "GatedTask"]
 
 log = get_logger("tidegate.celery")
 
 #: Message header carrying the failed-attempt count across parking and republishing.
 ATTEMPT_HEADER = "tidegate_attempt"
+#: Message header set by a DLQ replay: on delivery, the DLQ record is removed.
+REPLAY_HEADER = "tidegate_replay"
 
 _CELERY_CONTROL_FLOW = (Retry, Ignore, Reject)
 
@@ -46,24 +48,35 @@ class GatedTask(Task[Any, Any]):
         downstream: the gate's name.
         max_wait_s: the longest wait in place before parking.
         retry_policy: attempts and backoff for transient failures.
+        skip_delivered: consult the delivery ledger and skip a unit whose key the
+            downstream already accepted (a redelivery, a replay of a delivered unit).
     """
 
     abstract = True
     downstream: ClassVar[str] = ""
     max_wait_s: ClassVar[float] = 10.0
     retry_policy: ClassVar[RetryPolicy] = RetryPolicy()
+    skip_delivered: ClassVar[bool] = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.downstream:
             raise ConfigurationError(f"task {self.name} has no downstream to gate")
         rt = runtime(self.app)
+        key = self.idempotency_key(args, kwargs)
+        if self.skip_delivered and rt.ledger.delivered(self.downstream, key):
+            log.info("delivery_skipped", task=self.name, key=key, reason="already_delivered")
+            self._replay_done(rt, key)
+            return {"tidegate": "already_delivered"}
         gate = rt.gate(self.downstream)
         attempt = int(self.request.get(ATTEMPT_HEADER) or 0)
         throttles = 0
         while True:
             try:
                 with gate.slot(max_wait=self.max_wait_s):
-                    return self.run(*args, **kwargs)
+                    result = self.run(*args, **kwargs)
+                rt.ledger.mark(self.downstream, key)
+                self._replay_done(rt, key)
+                return result
             except _CELERY_CONTROL_FLOW:
                 raise
             except Exception as exc:
@@ -79,6 +92,11 @@ class GatedTask(Task[Any, Any]):
                 if verdict.action is Action.PARK:
                     return self._park(rt, args, kwargs, verdict)
                 return self._dead_letter(rt, args, kwargs, verdict, exc)
+
+    def _replay_done(self, rt: Runtime, key: str) -> None:
+        """A replayed unit was delivered: its dead letter is resolved."""
+        if self.request.get(REPLAY_HEADER) and rt.dlq.remove(key):
+            log.info("dlq_item_resolved", task=self.name, key=key)
 
     def idempotency_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         """The unit's key: ``kwargs["idempotency_key"]``, an envelope's ``"key"``, or the id."""
@@ -106,6 +124,7 @@ class GatedTask(Task[Any, Any]):
     ) -> dict[str, Any]:
         envelope = self._envelope(args, kwargs)
         envelope["attempt"] = verdict.attempt
+        envelope["replay"] = int(self.request.get(REPLAY_HEADER) or 0)
         envelope["key"] = self.idempotency_key(args, kwargs)
         rt.parking.park(envelope, delay_s=verdict.delay_s, reason=verdict.reason)
         return {"tidegate": "parked", "reason": verdict.reason, "delay_s": verdict.delay_s}

@@ -14,7 +14,7 @@ import threading
 from celery import Celery
 
 from tidegate.errors import BackendError
-from tidegate.integrations.celery.gated import ATTEMPT_HEADER
+from tidegate.integrations.celery.gated import ATTEMPT_HEADER, REPLAY_HEADER
 from tidegate.load import ParkingLot
 from tidegate.logging import get_logger
 
@@ -53,7 +53,10 @@ class ParkingMover:
                 args=env.get("args", []),
                 kwargs=env.get("kwargs", {}),
                 queue=env.get("queue"),
-                headers={ATTEMPT_HEADER: int(env.get("attempt", 0))},
+                headers={
+                    ATTEMPT_HEADER: int(env.get("attempt", 0)),
+                    REPLAY_HEADER: int(env.get("replay", 0)),
+                },
             )
             self.lot.ack(message.id)
             moved += 1

@@ -16,19 +16,20 @@ from tidegate._redis import client_from_url
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.flow.backends.base import DEFAULT_PREFIX
-from tidegate.load import DeadLetterQueue, ParkingLot
+from tidegate.load import DeadLetterQueue, DeliveryLedger, ParkingLot
 
 __all__ = ["Runtime", "runtime"]
 
 
 class Runtime:
-    """What a worker process needs to gate, park and dead-letter."""
+    """What a worker process needs to gate, park, dead-letter and deduplicate."""
 
     def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX) -> None:
         self.client = client_from_url(url)
         self.prefix = prefix
         self.parking = ParkingLot(self.client, prefix=prefix)
         self.dlq = DeadLetterQueue(self.client, prefix=prefix)
+        self.ledger = DeliveryLedger(self.client, prefix=prefix)
         self._gates: dict[str, Gate] = {}
         self._lock = threading.Lock()
 

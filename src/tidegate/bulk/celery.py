@@ -1,0 +1,233 @@
+"""The bulk path on Celery: one manifest → one chord of per-B/L tasks → one aggregate.
+
+    bulk.dispatch(manifest)      split the IFCSUM (tidegate.edi), store the units,
+                                 chord(group(bulk.parse_bl(batch, key) …), bulk.aggregate)
+    bulk.parse_bl(batch, key)    check one unit; an unroutable one is dead-lettered and
+                                 the task *returns a sentinel* — never raises — so the
+                                 chord still completes (a raised exception in a chord
+                                 header fails the whole chord)
+    bulk.aggregate(results, batch)
+                                 claims the batch (SET NX: runs once), partitions ok /
+                                 dead-lettered, and fans the B/Ls out to the TOS
+    edi.tos.forward_bl(b/l)      a GatedTask: through the TOS gate, keyed on the B/L
+                                 number, so the TOS sees each B/L once across replays
+                                 and redeliveries
+
+Transient failures inside ``parse_bl`` use Celery's own ``retry`` (same task id — a
+parked copy would leave the chord waiting forever); the parse step calls no gated
+downstream, so its waits are short. Results go to the Redis result backend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery, Task, chord, group
+
+from tidegate.bulk.store import BatchStore
+from tidegate.delivery import RetryPolicy
+from tidegate.downstream import backoff_delay
+from tidegate.edi.ifcsum import BLUnit
+from tidegate.edi.intake import Intake
+from tidegate.errors import BackendError
+from tidegate.integrations.celery.gated import REPLAY_HEADER, GatedTask
+from tidegate.integrations.celery.runtime import runtime
+from tidegate.load import DeadLetter
+from tidegate.logging import get_logger
+
+__all__ = ["BulkTasks", "install_bulk", "unit_record"]
+
+log = get_logger("tidegate.bulk")
+
+#: Parse attempts against a flaky dependency (Redis) before the unit is dead-lettered.
+PARSE_RETRY = RetryPolicy(max_attempts=5, backoff_base_s=0.5, backoff_cap_s=10.0)
+
+
+def unit_record(unit: BLUnit, batch_id: str) -> dict[str, Any]:
+    """The JSON form of a unit as stored for the fan-out (raw text kept for audit)."""
+    return {
+        "key": unit.idempotency_key,
+        "batch_id": batch_id,
+        "position": unit.position,
+        "consignment_number": unit.consignment_number,
+        "bl_number": unit.bl_number,
+        "bl_source": unit.bl_source,
+        "dead_letter_reason": unit.dead_letter_reason,
+        "containers": [c.normalised for c in unit.containers],
+        "raw": unit.raw,
+    }
+
+
+def _units(edifact: str, batch_id: str, keys: list[str]) -> Iterator[dict[str, Any]]:
+    """Every consignment of every IFCSUM message in ``edifact``, streaming."""
+    for result in Intake(edifact.encode("utf-8")):
+        for unit in result.units:
+            keys.append(unit.idempotency_key)
+            yield unit_record(unit, batch_id)
+
+
+def _forward_envelope(outcome: Mapping[str, Any], batch_id: str) -> dict[str, Any]:
+    return {
+        "key": outcome["bl_number"],
+        "bl_number": outcome["bl_number"],
+        "batch_id": batch_id,
+        "unit_key": outcome["key"],
+        "containers": outcome.get("containers", []),
+    }
+
+
+def _dead_letter(app: Celery, unit: Mapping[str, Any], reason: str) -> None:
+    """Dead-letter an unroutable unit, keeping all a replay needs."""
+    runtime(app).dlq.add(
+        DeadLetter(
+            key=str(unit["key"]),
+            task="bulk.parse_bl",
+            reason=reason,
+            exception="",
+            payload={
+                "args": [unit["batch_id"], unit["key"]],
+                "kwargs": {},
+                "queue": "bl.parse",
+                "unit": dict(unit),
+            },
+            bl_number=unit.get("bl_number"),
+            batch_id=str(unit["batch_id"]),
+        )
+    )
+
+
+def _summary(
+    batch_id: str, results: list[dict[str, Any]], *, ok: int, forwarded: int
+) -> dict[str, Any]:
+    return {
+        "batch_id": batch_id,
+        "units": len(results),
+        "ok": ok,
+        "dead_lettered": sum(r.get("status") == "dead_lettered" for r in results),
+        "failed": sum(r.get("status") in {"failed", "missing"} for r in results),
+        "forwarded": forwarded,
+        "aggregated_at": time.time(),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class BulkTasks:
+    """The registered tasks, for callers that want to send or inspect them."""
+
+    dispatch: Task[Any, Any]
+    parse_bl: Task[Any, Any]
+    aggregate: Task[Any, Any]
+    forward_bl: Task[Any, Any]
+
+
+def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on the app
+    app: Celery,
+    *,
+    forward: Callable[[Mapping[str, Any]], dict[str, Any]],
+    downstream: str = "tos",
+    forward_queue: str = "edi.tos",
+) -> BulkTasks:
+    """Register the bulk tasks on ``app``.
+
+    Args:
+        app: a Celery app set up with :func:`tidegate.integrations.celery.setup` and a
+            Redis result backend (chords need one; never RPC).
+        forward: sends one B/L to the downstream (an HTTP client call with the B/L
+            number as idempotency key); runs inside the downstream's gate.
+        downstream: the gate (and delivery ledger) name of the forward step.
+        forward_queue: the queue of the forward tasks (that downstream's pool).
+    """
+
+    def _store() -> BatchStore:
+        rt = runtime(app)
+        return BatchStore(rt.client, prefix=rt.prefix)
+
+    @app.task(
+        base=GatedTask,
+        name=f"{forward_queue}.forward_bl",
+        downstream=downstream,
+        ignore_result=True,
+    )
+    def forward_bl(envelope: dict[str, Any]) -> dict[str, Any]:
+        """Send one B/L downstream (gated, keyed on the B/L number)."""
+        return forward(envelope)
+
+    @app.task(bind=True, name="bulk.parse_bl", ignore_result=False, max_retries=None)
+    def parse_bl(self: Task[Any, Any], batch_id: str, key: str) -> dict[str, Any]:
+        """Check one unit; never raises, so the chord always completes."""
+        try:
+            unit = _store().unit(batch_id, key)
+            if unit is None:
+                letter = runtime(app).dlq.get(key)
+                unit = letter.payload.get("unit") if letter else None
+            if unit is None:
+                log.error("bl_unit_missing", batch_id=batch_id, key=key)
+                return {"status": "missing", "key": key}
+            if unit["dead_letter_reason"]:
+                _dead_letter(app, unit, unit["dead_letter_reason"])
+                return {"status": "dead_lettered", "key": key, "reason": unit["dead_letter_reason"]}
+            outcome = {
+                "status": "ok",
+                "key": key,
+                "bl_number": unit["bl_number"],
+                "containers": unit["containers"],
+            }
+            if self.request.get(REPLAY_HEADER):
+                # The batch was aggregated long ago: a recovered unit forwards itself.
+                forward_bl.apply_async(
+                    args=(_forward_envelope(outcome, batch_id),), queue=forward_queue
+                )
+                runtime(app).dlq.remove(key)
+            return outcome
+        except BackendError as exc:
+            attempt = self.request.retries
+            if attempt + 1 >= PARSE_RETRY.max_attempts:
+                return {"status": "failed", "key": key, "reason": f"retries exhausted ({exc})"}
+            delay = backoff_delay(
+                attempt, base=PARSE_RETRY.backoff_base_s, cap=PARSE_RETRY.backoff_cap_s
+            )
+            raise self.retry(countdown=delay, exc=exc) from exc
+
+    @app.task(name="bulk.aggregate", ignore_result=False)
+    def aggregate(results: list[dict[str, Any]], batch_id: str) -> dict[str, Any]:
+        """Partition the fan-out's results and forward the B/Ls — once per batch."""
+        store = _store()
+        if not store.claim_aggregate(batch_id):
+            log.info("batch_aggregate_skipped", batch_id=batch_id, reason="already_aggregated")
+            return {"status": "already_aggregated", "batch_id": batch_id}
+        ok = [r for r in results if r.get("status") == "ok"]
+        seen: set[str] = set()
+        forwarded = 0
+        for outcome in ok:
+            if outcome["bl_number"] in seen:
+                continue  # the same B/L twice in one manifest: the TOS gets it once
+            seen.add(outcome["bl_number"])
+            forward_bl.apply_async(
+                args=(_forward_envelope(outcome, batch_id),), queue=forward_queue
+            )
+            forwarded += 1
+        summary = _summary(batch_id, results, ok=len(ok), forwarded=forwarded)
+        store.save_summary(batch_id, summary)
+        log.info("batch_aggregated", **summary)
+        return summary
+
+    @app.task(name="bulk.dispatch", ignore_result=True)
+    def dispatch(manifest: dict[str, Any]) -> dict[str, Any]:
+        """Split a manifest and start its chord (at most once per batch id)."""
+        batch_id = str(manifest["batch_id"])
+        store = _store()
+        if store.dispatched(batch_id):
+            log.info("batch_dispatch_skipped", batch_id=batch_id, reason="already_dispatched")
+            return {"status": "already_dispatched", "batch_id": batch_id}
+        keys: list[str] = []
+        count = store.save_units(batch_id, _units(manifest["edifact"], batch_id, keys))
+        header = group(parse_bl.s(batch_id, key) for key in keys)
+        chord(header)(aggregate.s(batch_id))
+        store.mark_dispatched(batch_id)
+        log.info("batch_dispatched", batch_id=batch_id, units=count)
+        return {"status": "dispatched", "batch_id": batch_id, "units": count}
+
+    return BulkTasks(dispatch, parse_bl, aggregate, forward_bl)

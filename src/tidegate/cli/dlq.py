@@ -1,0 +1,171 @@
+"""``tidegate dlq``: list, show, replay and purge dead letters."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from tidegate.cli._common import (
+    TidegateCLIError,
+    echo_json,
+    redis_client,
+    redis_url_option,
+    resolve_redis_url,
+)
+from tidegate.flow import RateLimiter
+from tidegate.load import DeadLetter, DeadLetterQueue
+from tidegate.load.replay import DEFAULT_REPLAY_LIMIT, replay_dead_letters
+
+__all__ = ["dlq"]
+
+prefix_option = click.option(
+    "--prefix", default="tidegate", show_default=True, help="Key prefix of the fleet."
+)
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@click.group()
+def dlq() -> None:
+    """Dead letters: units that could not be delivered, with the reason."""
+
+
+@dlq.command(name="ls")
+@click.option("--reason", help="Only records whose reason contains this text.")
+@click.option("--batch", "batch_id", help="Only records of this manifest batch.")
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@prefix_option
+@redis_url_option
+def ls(
+    reason: str | None,
+    batch_id: str | None,
+    limit: int,
+    as_json: bool,
+    prefix: str,
+    redis_url: str | None,
+) -> None:
+    """List dead letters, oldest first (never their payload)."""
+    with redis_client(redis_url) as client:
+        queue = DeadLetterQueue(client, prefix=prefix)
+        letters = list(queue.iter(reason=reason, batch_id=batch_id, limit=limit))
+        total = len(queue)
+    if as_json:
+        echo_json([letter.summary() for letter in letters])
+        return
+    table = Table(title=f"dead letters ({len(letters)} shown of {total})")
+    for column in ("key", "task", "reason", "attempts", "replays", "B/L", "batch", "first failed"):
+        table.add_column(column)
+    for letter in letters:
+        table.add_row(
+            letter.key[:16],
+            letter.task,
+            letter.reason,
+            str(letter.attempts),
+            str(letter.replays),
+            letter.bl_number or "",
+            letter.batch_id or "",
+            _when(letter.first_failed_at),
+        )
+    Console().print(table)
+
+
+@dlq.command()
+@click.argument("key")
+@click.option("--payload", is_flag=True, help="Include the replay payload (may hold EDIFACT).")
+@prefix_option
+@redis_url_option
+def show(key: str, payload: bool, prefix: str, redis_url: str | None) -> None:
+    """Show one dead letter as JSON."""
+    with redis_client(redis_url) as client:
+        letter = DeadLetterQueue(client, prefix=prefix).get(key)
+    if letter is None:
+        raise TidegateCLIError(f"no dead letter with key {key!r}")
+    shown: dict[str, Any] = letter.summary()
+    if payload:
+        shown["payload"] = letter.payload
+    echo_json(shown)
+
+
+@dlq.command()
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=DEFAULT_REPLAY_LIMIT,
+    show_default=True,
+    help="Most records replayed in this run (oldest first).",
+)
+@click.option("--reason", help="Only records whose reason contains this text.")
+@click.option("--batch", "batch_id", help="Only records of this manifest batch.")
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0.01),
+    default=20.0,
+    show_default=True,
+    help="Records republished per second, fleet-wide (no replay storms).",
+)
+@click.option(
+    "--broker-url",
+    envvar="TIDEGATE_BROKER_URL",
+    help="Celery broker to republish to (default: the Redis URL).",
+)
+@prefix_option
+@redis_url_option
+def replay(
+    limit: int,
+    reason: str | None,
+    batch_id: str | None,
+    rate: float,
+    broker_url: str | None,
+    prefix: str,
+    redis_url: str | None,
+) -> None:
+    """Republish dead letters to their queues; each is removed once delivered."""
+    from celery import Celery
+
+    from tidegate.integrations.celery.gated import REPLAY_HEADER
+
+    with redis_client(redis_url) as client:
+        producer = Celery(broker=broker_url or resolve_redis_url(redis_url))
+
+        def publish(letter: DeadLetter) -> None:
+            producer.send_task(
+                letter.task,
+                args=letter.payload.get("args", []),
+                kwargs=letter.payload.get("kwargs", {}),
+                queue=letter.payload.get("queue"),
+                headers={REPLAY_HEADER: letter.replays + 1},
+            )
+
+        pace = RateLimiter(client, "dlq-replay", rate=rate, burst=max(1, int(rate)), prefix=prefix)
+        try:
+            result = replay_dead_letters(
+                DeadLetterQueue(client, prefix=prefix),
+                publish,
+                limit=limit,
+                reason=reason,
+                batch_id=batch_id,
+                pace=pace,
+            )
+        finally:
+            producer.close()
+    click.echo(f"replayed {result.published} dead letter(s)")
+
+
+@dlq.command()
+@click.option("--yes", is_flag=True, help="Confirm: this deletes every dead letter.")
+@prefix_option
+@redis_url_option
+def purge(yes: bool, prefix: str, redis_url: str | None) -> None:
+    """Delete every dead letter (asks for --yes)."""
+    if not yes:
+        raise TidegateCLIError("purge deletes every dead letter for good; repeat with --yes")
+    with redis_client(redis_url) as client:
+        removed = DeadLetterQueue(client, prefix=prefix).purge()
+    click.echo(f"purged {removed} dead letter(s)")

@@ -1,0 +1,86 @@
+"""`tidegate dlq …` against a real Redis."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from tidegate.cli import cli
+from tidegate.load import DeadLetter, DeadLetterQueue
+
+pytestmark = pytest.mark.redis
+
+
+def run(url: str, prefix: str, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        cli, ["dlq", *args, "--prefix", prefix], env={"TIDEGATE_REDIS_URL": url}
+    )
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def letters(redis_client: redis.Redis, prefix: str) -> DeadLetterQueue:
+    dlq = DeadLetterQueue(redis_client, prefix=prefix)
+    for i in range(3):
+        dlq.add(
+            DeadLetter(
+                key=f"key-{i}",
+                task="edi.tos.forward_bl",
+                reason="downstream rejected the document (HTTP 422)" if i else "no B/L",
+                payload={
+                    "args": [{"key": f"key-{i}", "body": "UNB+SECRET'"}],
+                    "kwargs": {},
+                    "queue": f"{prefix}-replayq",
+                },
+                bl_number=f"BL{i}",
+                batch_id="b1",
+            )
+        )
+    return dlq
+
+
+def test_ls_json_lists_without_payload(
+    redis_url: str, prefix: str, letters: DeadLetterQueue
+) -> None:
+    code, out = run(redis_url, prefix, "ls", "--json", "--reason", "422")
+    listed = json.loads(out)
+    assert code == 0
+    assert [x["key"] for x in listed] == ["key-1", "key-2"]
+    assert "SECRET" not in out
+
+
+def test_show_and_unknown_key(redis_url: str, prefix: str, letters: DeadLetterQueue) -> None:
+    code, out = run(redis_url, prefix, "show", "key-0")
+    assert code == 0
+    assert json.loads(out)["reason"] == "no B/L"
+    assert "SECRET" not in out
+    missing_code, missing_out = run(redis_url, prefix, "show", "nope")
+    assert missing_code == 1
+    assert "no dead letter" in missing_out
+
+
+def test_replay_is_bounded_and_counts(
+    redis_url: str, redis_client: redis.Redis, prefix: str, letters: DeadLetterQueue
+) -> None:
+    """--limit bounds a run; each published record counts a replay and stays until delivered."""
+    code, out = run(redis_url, prefix, "replay", "--limit", "2")
+
+    assert code == 0
+    assert "replayed 2" in out
+    assert redis_client.llen(f"{prefix}-replayq") == 2
+    assert [x.replays for x in letters.iter()] == [1, 1, 0]
+    assert len(letters) == 3
+    redis_client.delete(f"{prefix}-replayq")
+
+
+def test_purge_needs_yes(redis_url: str, prefix: str, letters: DeadLetterQueue) -> None:
+    refused, out = run(redis_url, prefix, "purge")
+    assert refused == 1
+    assert "--yes" in out
+    assert len(letters) == 3
+    ok, _ = run(redis_url, prefix, "purge", "--yes")
+    assert ok == 0
+    assert len(letters) == 0
