@@ -82,8 +82,6 @@ def run_bulk_demo(
         fleet = Fleet("tidegate.ops.vessel_app", pools, env=env, log_dir=log_dir)
         producer = Celery(broker=url, backend=url)
         start = time.monotonic()
-        replayed = 0
-        dead_at_peak = 0
 
         def look() -> Sample:
             stats = tos.stats(timeline=False)
@@ -111,6 +109,7 @@ def run_bulk_demo(
         try:
             fleet.start()
             start = time.monotonic()
+            dispatched_at = time.time()
             producer.send_task(
                 "bulk.dispatch",
                 args=[{"batch_id": batch_id, "edifact": text}],
@@ -149,6 +148,11 @@ def run_bulk_demo(
         "lost": len(set(bls)) - delivered - len(dlq),
         "duplicates": final["duplicates"],
         "batch": summary,
+        "aggregate_s": (
+            round(summary["aggregated_at"] - dispatched_at, 3)
+            if "aggregated_at" in summary
+            else None
+        ),
         "fan_out_s": round(fanned_out_s, 3),
         "bls_per_s": round(len(bls) / fanned_out_s, 1) if fanned_out_s else None,
         "elapsed_s": samples[-1].t if samples else 0.0,

@@ -1,0 +1,93 @@
+"""Bulk path throughput: one IFCSUM of N B/Ls through dispatch → parse → aggregate.
+
+    python bench/bulk.py [--bls 5000] [--workers 4] [--reps 1] [--out bench/results/bulk.json]
+
+Runs `tidegate.ops.bulk_demo` (real Celery workers, a simulated TOS) without poison and
+reports, per rep: B/L units per second from the dispatch message to the aggregate's
+summary (`aggregate_s`), to the last B/L accepted by the TOS (`fan_out_s`), and the
+peak RSS of the pool that runs dispatch and parse (main process + children).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from tidegate.ops.bulk_demo import BulkConfig, run_bulk_demo
+from tidegate.redis_server import find_redis_server, redis_url
+
+
+def machine() -> str:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    server = subprocess.run(
+        [find_redis_server(), "--version"], capture_output=True, text=True, check=False
+    ).stdout.split()[2]
+    return (
+        f"{os.cpu_count()} vCPU {cpu}, Python {platform.python_version()}, redis-server "
+        f"{server}, {time.strftime('%Y-%m-%d')}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--bls", type=int, default=5000)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    runs = []
+    with redis_url() as url:
+        for rep in range(args.reps):
+            config = BulkConfig(
+                bls=args.bls,
+                poison_every=0,
+                workers=args.workers,
+                seed=100 + rep,
+                tos_connections=8,
+                tos_service_s=0.002,
+            )
+            report, _ = run_bulk_demo(url, config)
+            runs.append(report)
+            print(
+                f"rep {rep}: aggregate {report['aggregate_s']} s, TOS {report['fan_out_s']} s, "
+                f"lost {report['lost']}, duplicates {report['duplicates']}, "
+                f"RSS {report['peak_worker_rss_mb']}"
+            )
+    agg = statistics.median(r["aggregate_s"] for r in runs)
+    fan = statistics.median(r["fan_out_s"] for r in runs)
+    rss = max(r["peak_worker_rss_mb"]["bulk"] for r in runs)
+    print(f"\nmachine: {machine()}")
+    print(
+        f"command: python bench/bulk.py --bls {args.bls} --workers {args.workers} "
+        f"--reps {args.reps}\n"
+    )
+    print(
+        "| B/Ls | bulk pool | dispatch → aggregate | B/L units/s | → all at TOS "
+        "| B/Ls/s end to end | peak RSS bulk pool | lost | duplicates |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {args.bls} | {args.workers} processes | {agg:.1f} s | {args.bls / agg:.0f} | "
+        f"{fan:.1f} s | {args.bls / fan:.0f} | {rss:.0f} MiB | "
+        f"{sum(r['lost'] for r in runs)} | {sum(r['duplicates'] for r in runs)} |"
+    )
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"machine": machine(), "runs": runs}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
