@@ -70,6 +70,8 @@ class EmbeddedRedis:
         port: a fixed port, e.g. to restart a server on the same address; a free one
             is picked if omitted.
         workdir: the directory for the AOF file; a temporary one if omitted.
+        password: require AUTH with this password (``requirepass``); the ``url``
+            then carries it, so treat that URL as a secret.
 
     Example::
 
@@ -84,8 +86,10 @@ class EmbeddedRedis:
         binary: str | None = None,
         port: int | None = None,
         workdir: str | None = None,
+        password: str | None = None,
     ) -> None:
         self.binary = binary or find_redis_server()
+        self.password = password
         self.port = port or _free_port()
         self.appendonly = appendonly
         self._own_dir = workdir is None
@@ -94,22 +98,34 @@ class EmbeddedRedis:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> EmbeddedRedis:
         """Start the server and wait until it answers PING."""
         args = [
             self.binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", self.workdir,
-            "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "everysec",
-            "--daemonize", "no",
-            "--loglevel", "warning",
-            "--logfile", str(Path(self.workdir) / "redis.log"),
-        ]  # fmt: skip
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            self.workdir,
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "everysec",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+            "--logfile",
+            str(Path(self.workdir) / "redis.log"),
+        ]
+        if self.password:
+            args += ["--requirepass", self.password]
         self._proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
@@ -130,7 +146,8 @@ class EmbeddedRedis:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
                 sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
+                # -NOAUTH is an answer too: the server is up and wants a password.
+                return sock.recv(16).startswith((b"+PONG", b"-NOAUTH"))
         except OSError:
             return False
 

@@ -95,7 +95,7 @@ class Harness:
 
 
 @pytest.fixture(scope="module")
-def harness(redis_url: str) -> Iterator[Harness]:
+def harness(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     prefix = f"tgcel-{uuid.uuid4().hex[:8]}"
     client = client_from_url(redis_url)
     # The gate runs at the gateway's rate with a burst two below its bucket: the slack
@@ -112,14 +112,15 @@ def harness(redis_url: str) -> Iterator[Harness]:
             "TIDEGATE_TOS_BURST": "50",
             "TIDEGATE_TOS_CONCURRENCY": "2",
             "TIDEGATE_MAX_WAIT_S": "1.5",
-            "TIDEGATE_LOG_LEVEL": "WARNING",
+            "TIDEGATE_LOG_LEVEL": "INFO",
         }
         pools = [
             Pool("customs", ["edi.customs"], concurrency=3),
             Pool("tos", ["edi.tos"], concurrency=2),
             Pool("bulk", ["bulk.dispatch", "bl.parse"], concurrency=2),
         ]
-        fleet = Fleet("tidegate.ops.vessel_app", pools, env=env)
+        log_dir = tmp_path_factory.mktemp("worker-logs")
+        fleet = Fleet("tidegate.ops.vessel_app", pools, env=env, log_dir=log_dir)
         producer = Celery(broker=redis_url, backend=redis_url)
         fleet.start()
         try:

@@ -101,10 +101,60 @@ def test_misconfigured_visibility_timeout_refuses_to_start(redis_url: str) -> No
     """A visibility timeout below 2 × the hard time limit: the worker exits with the reason."""
     env = {**os.environ, "TIDEGATE_REDIS_URL": redis_url, "TIDEGATE_VISIBILITY_TIMEOUT_S": "300"}
     proc = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tidegate.ops.vessel_app", "worker",
-         "-Q", "edi.customs", "-c", "1"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tidegate.ops.vessel_app",
+            "worker",
+            "-Q",
+            "edi.customs",
+            "-c",
+            "1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
     assert proc.returncode != 0
     assert "visibility_timeout=300s" in proc.stderr + proc.stdout
+
+
+def test_pickle_message_is_refused_and_reported(fleet: Any) -> None:
+    """A pickle-serialized task never runs: the worker refuses and logs why."""
+    with fleet.producer.connection_for_write() as conn:
+        producer = conn.Producer(serializer="pickle")
+        producer.publish(
+            {"task": "edi.tos.push"},
+            routing_key="edi.tos",
+            exchange="",
+            headers={"task": "edi.tos.push", "id": "pickled-1"},
+        )
+
+    fleet.wait_for(lambda: fleet.client.llen("edi.tos") == 0, timeout_s=30)
+    fleet.wait_for(lambda: "pickle" in _worker_logs(fleet), timeout_s=30)
+
+    assert fleet.tos.stats(timeline=False)["requests"] == 0
+    assert "untrusted content" in _worker_logs(fleet)
+
+
+def _worker_logs(fleet: Any) -> str:
+    return "".join(p.read_text(errors="replace") for p in fleet.fleet.log_dir.glob("*.log"))
+
+
+def test_worker_logs_carry_no_payload_or_personal_data(fleet: Any) -> None:
+    """The log audit: after real traffic, no line holds EDIFACT, a body or a party name."""
+    from tidegate.ops.burst import _SHIPPERS
+
+    keys = fleet.submit("edi.customs", 6) + fleet.submit("edi.tos", 6)
+    fleet.wait_for(lambda: fleet.settled(len(keys)), timeout_s=120)
+
+    logs = _worker_logs(fleet)
+    decision_lines = [line for line in logs.splitlines() if line.startswith("{")]
+    assert decision_lines, "workers log their decisions as JSON lines"
+    for marker in ("UNB+", "UNH+", "NAD+", "EQD+", "MEA+", "edifact", *_SHIPPERS):
+        assert marker not in logs, f"{marker!r} leaked into a worker log"
