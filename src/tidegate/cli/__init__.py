@@ -37,10 +37,16 @@ def _register() -> None:
     from tidegate.cli.dlq import dlq
     from tidegate.cli.edi import edi
     from tidegate.cli.gate import gate
+    from tidegate.cli.monitor import metrics, monitor, watermarks
+    from tidegate.cli.quarantine import quarantine
 
     cli.add_command(gate)
     cli.add_command(edi)
     cli.add_command(dlq)
+    cli.add_command(quarantine)
+    cli.add_command(monitor)
+    cli.add_command(metrics)
+    cli.add_command(watermarks)
     cli.add_command(demo)
 
 

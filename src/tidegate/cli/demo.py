@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,12 @@ def _report_table(report: dict[str, Any]) -> Group:
 @click.command()
 @click.option(
     "--scenario",
-    type=click.Choice(["vessel", "bulk", "gate"]),
+    type=click.Choice(["vessel", "bulk", "overload", "gate"]),
     default="vessel",
     show_default=True,
     help="vessel: a berthing burst through Celery workers and the gates; "
     "bulk: an IFCSUM fanned out per B/L, 1 % poison, fix and replay; "
+    "overload: sheddable bulk documents and VERMAS together, shed and replayed; "
     "gate: several processes through one rate limit.",
 )
 @click.option(
@@ -114,6 +116,20 @@ def _report_table(report: dict[str, Any]) -> Group:
     show_default=True,
     help="Processes in the customs pool (the TOS pool gets twice as many).",
 )
+@click.option(
+    "--vermas",
+    type=click.IntRange(0),
+    default=500,
+    show_default=True,
+    help="overload: VERMAS declarations (never shed).",
+)
+@click.option(
+    "--bulk",
+    type=click.IntRange(0),
+    default=5000,
+    show_default=True,
+    help="overload: sheddable bulk documents.",
+)
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option(
     "--json",
@@ -134,6 +150,8 @@ def demo(
     customs_rate: float,
     customs_burst: int,
     workers: int,
+    vermas: int,
+    bulk: int,
     seed: int,
     json_path: Path | None,
     plot_path: Path | None,
@@ -145,6 +163,11 @@ def demo(
         return
     if scenario == "bulk":
         _bulk_scenario(console, bls, workers, seed, json_path)
+        return
+    if scenario == "overload":
+        _overload_scenario(
+            console, vermas, bulk, customs_rate, customs_burst, workers, seed, json_path
+        )
         return
     from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo
 
@@ -235,6 +258,55 @@ def _bulk_scenario(
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         console.print(f"report: {json_path}")
+
+
+def _overload_scenario(
+    console: Console,
+    vermas: int,
+    bulk: int,
+    customs_rate: float,
+    customs_burst: int,
+    workers: int,
+    seed: int,
+    json_path: Path | None,
+) -> None:
+    from tidegate.logging import configure as configure_logging
+    from tidegate.ops.overload_demo import (
+        OverloadConfig,
+        live_table,
+        report_table,
+        run_overload_demo,
+    )
+
+    config = OverloadConfig(
+        vermas=vermas,
+        bulk=bulk,
+        customs_rate=customs_rate,
+        customs_burst=customs_burst,
+        customs_workers=workers,
+        seed=seed,
+    )
+    log_dir = Path(tempfile.mkdtemp(prefix="tidegate-overload-"))
+    # The monitor runs in this process: its JSON events go to a file, not over the live view.
+    monitor_log = (log_dir / "monitor.log").open("a", encoding="utf-8")
+    configure_logging(level="INFO", stream=monitor_log)
+    console.print(
+        f"[bold]A surge the fleet cannot absorb:[/] {bulk} bulk B/L PDFs (sheddable) and "
+        f"{vermas} VERMAS (never shed); customs {customs_rate:g}/s, document store "
+        f"{config.docstore_rate:g}/s; HWM {config.hwm}, LWM {config.lwm}."
+    )
+    try:
+        with redis_url() as url, Live(console=console, refresh_per_second=4) as live:
+            report, _ = run_overload_demo(
+                url, config, log_dir=log_dir, on_sample=lambda s, n: live.update(live_table(s, n))
+            )
+    finally:
+        configure_logging(level="WARNING", stream=sys.stderr)
+        monitor_log.close()
+    console.print(report_table(report))
+    console.print(f"worker and monitor logs in {log_dir}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 
 def _gate_scenario(console: Console, json_path: Path | None) -> None:

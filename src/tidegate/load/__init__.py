@@ -2,13 +2,78 @@
 
 ``parking`` holds messages that must wait long (durably, not in worker RAM); ``dlq``
 holds units that cannot be delivered, with the reason, and ``replay`` gives them back;
-``ledger`` remembers what each downstream already accepted.
+``ledger`` remembers what each downstream already accepted. ``depth``, ``watermarks``,
+``shedding``, ``quarantine`` and ``admission`` are the inbound controls: read queue
+depth, decide scale signals with hysteresis, shed what may wait durably, admit at
+publish time.
 """
 
 from __future__ import annotations
 
+from tidegate.load.admission import Admission, Admitted, CelerySender, Inbound, Outcome, Sender
+from tidegate.load.depth import (
+    AmqpDepthProbe,
+    DepthProbe,
+    QueueDepth,
+    RedisDepthProbe,
+    probe_for_app,
+    probe_from_url,
+)
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
 from tidegate.load.ledger import DeliveryLedger
 from tidegate.load.parking import ParkedMessage, ParkingLot
+from tidegate.load.quarantine import Quarantine, QuarantinedDocument
+from tidegate.load.shedding import (
+    ARCHIVE_REPLAY,
+    BULK_BL_PDF,
+    DOCUMENT_CLASSES,
+    ShedDecision,
+    SheddingPolicy,
+)
+from tidegate.load.watermarks import (
+    GateView,
+    Level,
+    LoadBoard,
+    LoadState,
+    ScalingPolicy,
+    Signal,
+    Watermarks,
+    WatermarkStore,
+    advance,
+)
 
-__all__ = ["DeadLetter", "DeadLetterQueue", "DeliveryLedger", "ParkedMessage", "ParkingLot"]
+__all__ = [
+    "ARCHIVE_REPLAY",
+    "BULK_BL_PDF",
+    "DOCUMENT_CLASSES",
+    "Admission",
+    "Admitted",
+    "AmqpDepthProbe",
+    "CelerySender",
+    "DeadLetter",
+    "DeadLetterQueue",
+    "DeliveryLedger",
+    "DepthProbe",
+    "GateView",
+    "Inbound",
+    "Level",
+    "LoadBoard",
+    "LoadState",
+    "Outcome",
+    "ParkedMessage",
+    "ParkingLot",
+    "Quarantine",
+    "QuarantinedDocument",
+    "QueueDepth",
+    "RedisDepthProbe",
+    "ScalingPolicy",
+    "Sender",
+    "ShedDecision",
+    "SheddingPolicy",
+    "Signal",
+    "WatermarkStore",
+    "Watermarks",
+    "advance",
+    "probe_for_app",
+    "probe_from_url",
+]

@@ -31,6 +31,7 @@ from tidegate.downstream import DownstreamClient
 from tidegate.integrations.celery import GatedTask, setup
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.logging import configure as configure_logging
+from tidegate.ops.metrics import install_event_counters
 
 __all__ = ["app", "bulk", "push_tos", "submit_customs"]
 
@@ -101,5 +102,8 @@ bulk = install_bulk(app, forward=_forward_bl)
 
 @signals.celeryd_init.connect
 def _logging(**_: Any) -> None:
-    """JSON decision events from every worker process (the pool forks after this)."""
-    configure_logging(level=os.environ.get("TIDEGATE_LOG_LEVEL", "INFO"))
+    """JSON decision events from every worker process (the pool forks after this),
+    counted fleet-wide in Redis for ``tidegate metrics``."""
+    level = os.environ.get("TIDEGATE_LOG_LEVEL", "INFO")
+    configure_logging(level=level)
+    install_event_counters(_REDIS, prefix=app.conf.tidegate_prefix, level=level)

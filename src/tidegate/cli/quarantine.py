@@ -1,0 +1,118 @@
+"""``tidegate quarantine ls | replay | purge``: the shed documents, for an operator.
+
+``replay`` is bounded (``--limit``, 100 by default) and goes through the normal
+intake: a queue that is still under sustained overload keeps its documents (they are
+put back in line) unless ``--force``. ``purge`` deletes documents for good and asks
+for ``--yes``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from tidegate.cli._common import TidegateCLIError, echo_json, redis_client, redis_url_option
+from tidegate.cli.monitor import (
+    broker_url_option,
+    build_replay_admission,
+    prefix_option,
+    resolve_broker,
+    sender_option,
+)
+
+__all__ = ["DEFAULT_REPLAY_LIMIT", "quarantine"]
+
+#: Documents replayed by one ``tidegate quarantine replay`` unless ``--limit`` says more.
+DEFAULT_REPLAY_LIMIT = 100
+
+queue_option = click.option("--queue", default=None, help="Only this queue.")
+
+
+@click.group()
+def quarantine() -> None:
+    """List, replay or purge the documents shed under overload."""
+
+
+@quarantine.command("ls")
+@redis_url_option
+@prefix_option
+@queue_option
+@click.option("--limit", type=click.IntRange(1), default=20, show_default=True)
+def ls(redis_url: str | None, prefix: str, queue: str | None, limit: int) -> None:
+    """Counters and the oldest documents (metadata only, never the payload)."""
+    from tidegate.load.quarantine import Quarantine
+
+    with redis_client(redis_url) as client:
+        store = Quarantine(client, prefix=prefix)
+        echo_json(
+            {
+                **store.stats(),
+                "documents_listed": [doc.summary() for doc in store.iter(queue=queue, limit=limit)],
+            }
+        )
+
+
+@quarantine.command("replay")
+@redis_url_option
+@broker_url_option
+@prefix_option
+@queue_option
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=DEFAULT_REPLAY_LIMIT,
+    show_default=True,
+    help="Most documents replayed per queue by this run.",
+)
+@click.option("--force", is_flag=True, help="Replay even if the queue is still overloaded.")
+@sender_option
+def replay(
+    redis_url: str | None,
+    broker_url: str | None,
+    prefix: str,
+    queue: str | None,
+    limit: int,
+    force: bool,
+    sender: str,
+) -> None:
+    """Queue quarantined documents again, oldest first, through the intake."""
+    from tidegate.load.quarantine import Quarantine
+
+    broker = resolve_broker(redis_url, broker_url)
+    with redis_client(redis_url) as client:
+        queues = [queue] if queue else Quarantine(client, prefix=prefix).queues()
+        if not queues:
+            echo_json({"replayed": 0, "released": 0, "queues": {}})
+            return
+        admission = build_replay_admission(client, broker, queues, prefix=prefix, sender=sender)
+        results = {}
+        for name in queues:
+            report = admission.replay(name, limit, force=force)
+            results[name] = {
+                "replayed": report.replayed,
+                "released": report.released,
+                "by_class": dict(report.by_class),
+            }
+        echo_json(
+            {
+                "replayed": sum(r["replayed"] for r in results.values()),
+                "released": sum(r["released"] for r in results.values()),
+                "queues": results,
+            }
+        )
+
+
+@quarantine.command("purge")
+@redis_url_option
+@prefix_option
+@queue_option
+@click.option("--yes", is_flag=True, help="Confirm: the documents are deleted for good.")
+def purge(redis_url: str | None, prefix: str, queue: str | None, yes: bool) -> None:
+    """Delete quarantined documents for good (needs --yes)."""
+    from tidegate.load.quarantine import Quarantine
+
+    if not yes:
+        raise TidegateCLIError(
+            "purge deletes quarantined documents for good; pass --yes to confirm"
+        )
+    with redis_client(redis_url) as client:
+        echo_json({"purged": Quarantine(client, prefix=prefix).purge(queue=queue)})

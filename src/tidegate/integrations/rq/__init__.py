@@ -1,0 +1,42 @@
+"""RQ integration: the same gate, the same intake admission, the same DLQ as Celery.
+
+RQ has no rate limit (rq #74, #725) and its ``FailedJobRegistry`` is a de-facto DLQ
+without reasons. tidegate adapts its controls to RQ's hooks, thinly:
+
+- :func:`gated` — a decorator: the job's body runs inside the downstream's fleet-wide
+  gate; a long wait or a transient failure re-schedules the job with RQ's scheduler
+  (durable in Redis, not in worker memory); an unrecoverable answer dead-letters it;
+- :func:`dead_letter_handler` / :func:`dead_letter_on_failure` — a worker exception
+  handler / a job failure callback: a job that failed for good (no RQ retry left)
+  becomes a :class:`~tidegate.load.DeadLetter` with the reason;
+- :func:`rq_admission` — the publish-side :class:`~tidegate.load.admission.Admission`
+  with ``queue.count`` (+ started jobs) as depth and ``queue.enqueue`` as sender.
+
+Run a fixed, small pool per downstream queue (the gate, not the worker count, sets
+the pace; ``worker-pool`` runs the scheduler that parked jobs need)::
+
+    export TIDEGATE_REDIS_URL=redis://redis:6379/0 TIDEGATE_PREFIX=tidegate
+    rq worker-pool edi.customs --num-workers 2 --url "$TIDEGATE_REDIS_URL" \\
+        --exception-handler tidegate.integrations.rq.dead_letter_handler
+
+Configuration comes from the environment like the Celery workers:
+``TIDEGATE_REDIS_URL`` (else the job's own RQ connection), ``TIDEGATE_PREFIX`` and the
+gate defaults ``TIDEGATE_<NAME>_RATE`` / ``_BURST`` / ``_CONCURRENCY``.
+"""
+
+from __future__ import annotations
+
+from tidegate.integrations.rq.dlq import dead_letter_handler, dead_letter_on_failure
+from tidegate.integrations.rq.gated import ATTEMPT_META, gate, gated
+from tidegate.integrations.rq.intake import RqDepthProbe, RqSender, rq_admission
+
+__all__ = [
+    "ATTEMPT_META",
+    "RqDepthProbe",
+    "RqSender",
+    "dead_letter_handler",
+    "dead_letter_on_failure",
+    "gate",
+    "gated",
+    "rq_admission",
+]

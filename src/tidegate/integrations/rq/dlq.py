@@ -1,0 +1,123 @@
+"""RQ failures into tidegate's dead-letter queue, with the reason.
+
+RQ keeps a failed job in its ``FailedJobRegistry`` with a traceback: no reason an
+operator can filter on, and nothing shared with the Celery side. Either hook below
+turns a job that failed *for good* — RQ has no retry left for it — into a
+:class:`~tidegate.load.DeadLetter` (keyed by the unit's idempotency key, so a job
+failing twice is one record with ``attempts`` counting up). RQ's own handling still
+runs after it (the job also lands in the ``FailedJobRegistry``). Both hooks may be
+configured together: a failure is counted and dead-lettered once.
+
+Worker-wide::
+
+    rq worker edi.customs --exception-handler tidegate.integrations.rq.dead_letter_handler
+
+Per job::
+
+    queue.enqueue(f, doc, on_failure=Callback(tidegate.integrations.rq.dead_letter_on_failure))
+"""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Any
+
+import redis
+from rq.job import Job
+
+from tidegate.delivery import RetryPolicy, verdict_for
+from tidegate.errors import DownstreamRejected
+from tidegate.integrations.rq._runtime import client_for_job, prefix
+from tidegate.integrations.rq.gated import idempotency_key
+from tidegate.load.dlq import DeadLetter, DeadLetterQueue
+
+__all__ = ["FAILURES_META", "dead_letter_handler", "dead_letter_on_failure", "failure_reason"]
+
+#: ``job.meta`` key counting the job's failed executions across RQ retries.
+FAILURES_META = "tidegate_failures"
+_LAST_FAILURE = "tidegate_last_failure"
+_RECORDED = "tidegate_dead_lettered"
+
+
+def failure_reason(exc: BaseException | None, attempts: int) -> str:
+    """A short reason for a job that failed for good (never the exception's message)."""
+    if exc is None:
+        return "job failed"
+    if isinstance(exc, DownstreamRejected):
+        return verdict_for(exc, attempt=attempts - 1, throttles=0, policy=RetryPolicy()).reason
+    name = type(exc).__name__
+    if attempts > 1:
+        return f"retries exhausted after {attempts} attempts ({name})"
+    return f"unexpected error ({name})"
+
+
+def _count_failure(job: Job, exc: BaseException | None) -> int:
+    """Count this failure in ``job.meta`` (once, even if both hooks run); return the total.
+
+    RQ re-enqueues a retried job with its meta, so the count survives retries — RQ's own
+    ``number_of_retries`` only counts retries a job *returned*, not raised.
+    """
+    token = f"{os.getpid()}:{id(exc)}"
+    if job.meta.get(_LAST_FAILURE) != token:
+        job.meta[FAILURES_META] = int(job.meta.get(FAILURES_META, 0)) + 1
+        job.meta[_LAST_FAILURE] = token
+        job.save_meta()  # type: ignore[no-untyped-call]
+    return int(job.meta[FAILURES_META])
+
+
+def _record(job: Job, exc: BaseException | None, connection: redis.Redis | None) -> None:
+    attempts = int(job.meta.get(FAILURES_META, 1))
+    envelope = job.args[0] if job.args and isinstance(job.args[0], dict) else {}
+    DeadLetterQueue(client_for_job(connection or job.connection), prefix=prefix()).add(
+        DeadLetter(
+            key=idempotency_key(job, job.args, job.kwargs),
+            task=str(job.func_name),
+            reason=failure_reason(exc, attempts),
+            exception=type(exc).__name__ if exc is not None else "",
+            attempts=attempts,
+            payload={
+                "task": job.func_name,
+                "args": list(job.args),
+                "kwargs": dict(job.kwargs),
+                "queue": job.origin,
+                "rq_job_id": job.id,
+            },
+            bl_number=envelope.get("bl_number"),
+            batch_id=envelope.get("batch_id"),
+        )
+    )
+
+
+def _on_failure(job: Job, exc: BaseException | None, connection: redis.Redis | None) -> None:
+    _count_failure(job, exc)
+    if not job.should_retry and job.meta.get(_RECORDED) != job.meta.get(_LAST_FAILURE):
+        _record(job, exc, connection)
+        job.meta[_RECORDED] = job.meta.get(_LAST_FAILURE)
+        job.save_meta()  # type: ignore[no-untyped-call]
+
+
+def dead_letter_handler(
+    job: Job,
+    exc_type: type[BaseException] | None,
+    exc_value: BaseException | None,
+    traceback: TracebackType | None,
+) -> bool:
+    """An RQ exception handler: dead-letter a job that RQ will not retry.
+
+    Returns ``True``, so RQ's next handlers (and its default one) still run.
+    """
+    _on_failure(job, exc_value, None)
+    return True
+
+
+def dead_letter_on_failure(
+    job: Job,
+    connection: redis.Redis,
+    exc_type: type[BaseException] | None = None,
+    exc_value: BaseException | None = None,
+    traceback: TracebackType | None = None,
+    *_: Any,
+) -> None:
+    """An RQ ``on_failure`` callback doing what :func:`dead_letter_handler` does."""
+    _on_failure(job, exc_value, connection)

@@ -1,0 +1,309 @@
+"""Queue depth probes: how much work each queue really holds, read from the broker.
+
+The autoscaler, the watermarks and the shedding policy all start from one number per
+queue, so it has to be the right one. ``LLEN queue`` is not (KEDA's Redis-lists
+scaler, celery-exporter #272): kombu's Redis transport spreads one queue over several
+lists, and messages a worker has reserved but not acknowledged are in none of them.
+
+Redis (kombu's transport, ``kombu/transport/redis.py``):
+
+- **priority sub-queues.** A message of priority *p* goes to the list of the largest
+  priority step <= *p* (steps ``[0, 3, 6, 9]``): step 0 is the list named like the
+  queue, step *s* is ``queue + "\\x06\\x16" + str(s)`` (``edi.customs\\x06\\x163`` …).
+  The separator and the steps are the channel's ``sep`` / ``priority_steps``; the
+  latter can be changed with the ``priority_steps`` transport option, which the probe
+  honours, as it honours ``global_keyprefix``.
+- **reserved, not acknowledged.** With ``acks_late`` (the preset), a message is in
+  the ``unacked`` hash from delivery until the task finishes: delivery tag → JSON
+  ``[message, exchange, routing_key]`` (and in the ``unacked_index`` zset, by time).
+  The probe maps each entry to its queue: the default exchange ``""`` routes by queue
+  name (what Celery's ``send_task(queue=...)`` publishes), a named exchange through
+  its binding set ``_kombu.binding.<exchange>`` (members ``routing_key, pattern,
+  queue`` joined by the separator; an exact routing key match, else the bindings
+  with an empty routing key, as a fanout).
+
+RabbitMQ: a passive ``queue.declare`` through kombu returns the ready messages and
+the consumer count. AMQP does not report unacknowledged messages there (the
+management API does), so ``unacked`` is 0 and ``consumers`` is set instead.
+
+Both probes implement :class:`DepthProbe`; :func:`probe_for_app` picks one from a
+Celery app's broker URL. Neither writes anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+import redis
+
+from tidegate._redis import client_from_url, map_redis_errors, redact_url
+from tidegate.errors import BackendUnavailable, ConfigurationError
+
+if TYPE_CHECKING:
+    from celery import Celery
+    from kombu import Connection
+
+__all__ = [
+    "KOMBU_PRIORITY_STEPS",
+    "KOMBU_SEP",
+    "AmqpDepthProbe",
+    "DepthProbe",
+    "QueueDepth",
+    "RedisDepthProbe",
+    "probe_for_app",
+    "probe_from_url",
+]
+
+#: kombu's Redis transport: separator between a queue name and its priority step.
+KOMBU_SEP = "\x06\x16"
+#: kombu's Redis transport: the default priority steps (one list per step).
+KOMBU_PRIORITY_STEPS: tuple[int, ...] = (0, 3, 6, 9)
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_AMQP_SCHEMES = ("amqp", "amqps", "pyamqp", "librabbitmq")
+#: Entries read per HSCAN round trip of the unacked hash.
+_SCAN_COUNT = 500
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """One queue, sampled once.
+
+    Attributes:
+        queue: the queue name.
+        ready: messages waiting to be delivered (every priority sub-queue).
+        unacked: messages delivered to a worker and not acknowledged yet (reserved,
+            prefetched or running); 0 where the broker cannot tell (RabbitMQ).
+        consumers: consumers attached (RabbitMQ), ``None`` where unknown (Redis).
+        by_priority: ``(priority step, ready messages)`` per sub-queue (Redis only).
+    """
+
+    queue: str
+    ready: int
+    unacked: int = 0
+    consumers: int | None = None
+    by_priority: tuple[tuple[int, int], ...] = field(default=())
+
+    @property
+    def total(self) -> int:
+        """Work in the system not finished yet: ``ready + unacked`` (the watermarks' depth)."""
+        return self.ready + self.unacked
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "ready": self.ready,
+            "unacked": self.unacked,
+            "total": self.total,
+            "consumers": self.consumers,
+        }
+
+
+@runtime_checkable
+class DepthProbe(Protocol):
+    """Reads the depth of queues from one broker."""
+
+    #: ``"redis"``, ``"amqp"`` or ``"rq"``: for log events and metrics labels.
+    broker: str
+
+    def sample(self, queues: Sequence[str]) -> dict[str, QueueDepth]:
+        """One reading of every queue in ``queues`` (a missing queue has depth 0)."""
+        ...
+
+    def close(self) -> None:
+        """Release the broker connection."""
+        ...
+
+
+def _check_queues(queues: Sequence[str]) -> list[str]:
+    names = list(dict.fromkeys(queues))
+    if not names or any(not isinstance(q, str) or not q for q in names):
+        raise ConfigurationError(f"queues must be non-empty names, got {list(queues)!r}")
+    return names
+
+
+class RedisDepthProbe:
+    """Depth of Celery/kombu queues on a Redis broker (see the module docstring).
+
+    Args:
+        client: a client to the *broker's* Redis database.
+        priority_steps: kombu's ``priority_steps`` transport option.
+        sep: kombu's separator between queue name and priority step.
+        global_keyprefix: kombu's ``global_keyprefix`` transport option.
+        unacked_key: kombu's ``unacked_key`` transport option.
+
+    Example::
+
+        probe = RedisDepthProbe(redis.Redis.from_url(BROKER_URL))
+        probe.sample(["edi.customs"])["edi.customs"].total
+    """
+
+    broker = "redis"
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        priority_steps: Sequence[int] = KOMBU_PRIORITY_STEPS,
+        sep: str = KOMBU_SEP,
+        global_keyprefix: str = "",
+        unacked_key: str = "unacked",
+    ) -> None:
+        steps = sorted({int(step) for step in priority_steps})
+        if not steps or steps[0] != 0 or steps[-1] > 255:
+            raise ConfigurationError(
+                f"priority_steps must start at 0 and stay within 0..255, got {priority_steps!r}"
+            )
+        self.client = client
+        self.priority_steps = tuple(steps)
+        self.sep = sep
+        self.global_keyprefix = global_keyprefix
+        self.unacked_key = unacked_key
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, transport_options: Mapping[str, Any] | None = None
+    ) -> RedisDepthProbe:
+        """A probe for the broker at ``url``, honouring kombu's transport options."""
+        options = dict(transport_options or {})
+        return cls(
+            client_from_url(url),
+            priority_steps=options.get("priority_steps", KOMBU_PRIORITY_STEPS),
+            sep=str(options.get("sep", KOMBU_SEP)),
+            global_keyprefix=str(options.get("global_keyprefix", "") or ""),
+            unacked_key=str(options.get("unacked_key", "unacked")),
+        )
+
+    def list_key(self, queue: str, step: int) -> str:
+        """The Redis list holding ``queue``'s messages of priority step ``step``."""
+        name = queue if step == 0 else f"{queue}{self.sep}{step}"
+        return self.global_keyprefix + name
+
+    def sample(self, queues: Sequence[str]) -> dict[str, QueueDepth]:
+        names = _check_queues(queues)
+        with map_redis_errors("queue depth"):
+            pipe = self.client.pipeline(transaction=False)
+            for queue in names:
+                for step in self.priority_steps:
+                    pipe.llen(self.list_key(queue, step))
+            lengths = [int(n) for n in pipe.execute()]
+            unacked = self._unacked(set(names))
+        width = len(self.priority_steps)
+        result = {}
+        for index, queue in enumerate(names):
+            row = lengths[index * width : (index + 1) * width]
+            result[queue] = QueueDepth(
+                queue,
+                ready=sum(row),
+                unacked=unacked.get(queue, 0),
+                by_priority=tuple(zip(self.priority_steps, row, strict=True)),
+            )
+        return result
+
+    def _unacked(self, wanted: set[str]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        bindings: dict[str, list[tuple[str, str]]] = {}
+        key = self.global_keyprefix + self.unacked_key
+        for _tag, raw in self.client.hscan_iter(key, count=_SCAN_COUNT):
+            try:
+                _message, exchange, routing_key = json.loads(raw)
+            except (ValueError, TypeError):
+                continue  # not kombu's format: nothing we can attribute
+            for queue in self._route(str(exchange or ""), str(routing_key or ""), bindings):
+                if queue in wanted:
+                    counts[queue] = counts.get(queue, 0) + 1
+        return counts
+
+    def _route(
+        self, exchange: str, routing_key: str, cache: dict[str, list[tuple[str, str]]]
+    ) -> list[str]:
+        """The queues kombu would restore this (exchange, routing key) to."""
+        if not exchange:
+            return [routing_key]
+        if exchange not in cache:
+            members = self.client.smembers(f"{self.global_keyprefix}_kombu.binding.{exchange}")
+            table = []
+            for member in members:
+                parts = (member.decode() if isinstance(member, bytes) else str(member)).split(
+                    self.sep
+                )
+                if len(parts) == 3:
+                    table.append((parts[0], parts[2]))
+            cache[exchange] = table
+        table = cache[exchange]
+        exact = [queue for key, queue in table if key == routing_key]
+        return exact or [queue for key, queue in table if key == ""]
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class AmqpDepthProbe:
+    """Depth of queues on RabbitMQ: a passive ``queue.declare`` per queue, through kombu.
+
+    Args:
+        connection: a ``kombu.Connection`` (or an ``amqp://`` URL).
+
+    A queue that does not exist yet has depth 0 (the passive declare's 404 is caught
+    and the channel reopened).
+    """
+
+    broker = "amqp"
+
+    def __init__(self, connection: Connection | str) -> None:
+        from kombu import Connection
+
+        self.connection = Connection(connection) if isinstance(connection, str) else connection
+
+    def sample(self, queues: Sequence[str]) -> dict[str, QueueDepth]:
+        from amqp.exceptions import NotFound
+
+        names = _check_queues(queues)
+        result = {}
+        try:
+            channel: Any = self.connection.channel()
+            try:
+                for queue in names:
+                    try:
+                        _, ready, consumers = channel.queue_declare(queue=queue, passive=True)
+                    except NotFound:
+                        channel = self.connection.channel()  # a 404 closes the channel
+                        ready, consumers = 0, 0
+                    result[queue] = QueueDepth(queue, int(ready), 0, int(consumers))
+            finally:
+                channel.close()
+        except self.connection.connection_errors as exc:
+            raise BackendUnavailable(f"broker unreachable during queue depth: {exc}") from exc
+        return result
+
+    def close(self) -> None:
+        self.connection.release()
+
+
+def probe_from_url(url: str, *, transport_options: Mapping[str, Any] | None = None) -> DepthProbe:
+    """The probe for the broker at ``url``: ``redis://``/``rediss://`` or ``amqp://``.
+
+    Raises:
+        ConfigurationError: any other scheme (SQS, …) — not supported.
+    """
+    scheme = urlsplit(url).scheme
+    if scheme in _REDIS_SCHEMES:
+        return RedisDepthProbe.from_url(url, transport_options=transport_options)
+    if scheme in _AMQP_SCHEMES:
+        return AmqpDepthProbe(url)
+    raise ConfigurationError(
+        f"no queue depth probe for broker {redact_url(url)}: use redis://, rediss:// or amqp://"
+    )
+
+
+def probe_for_app(app: Celery) -> DepthProbe:
+    """The probe for a Celery app's broker (its URL and ``broker_transport_options``)."""
+    url = str(app.conf.broker_url or "")
+    if not url:
+        raise ConfigurationError("the Celery app has no broker_url")
+    options = dict(app.conf.broker_transport_options or {})
+    return probe_from_url(url, transport_options=options)

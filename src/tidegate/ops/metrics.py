@@ -1,0 +1,485 @@
+"""Prometheus metrics: queue depth, scaling, gates, shedding, quarantine and DLQ, fleet-wide.
+
+Everything exported is read from Redis at scrape time, so any process — the monitor
+(``tidegate monitor --metrics-port``) or a standalone ``tidegate metrics`` — serves the
+same fleet-wide numbers, and a scrape never depends on which process counted what.
+Where each number is measured:
+
+=====================================  ==============================================
+metric                                 measured by
+=====================================  ==============================================
+``tidegate_queue_depth``,              the monitor's broker probe, each sample (ready
+``tidegate_queue_messages``            incl. priority sub-queues, + reserved unacked)
+``tidegate_scaling_signal``,           the monitor's :class:`~tidegate.load.LoadState`
+``tidegate_desired_workers`` …         of the same sample, from the board
+``tidegate_gate_paused``,              the monitor's read of each gate at the sample
+``tidegate_gate_wait_ahead_seconds``   (how long a new admission would wait *now*)
+``tidegate_gate_wait_seconds``         worker processes, from their own decision events
+(histogram)                            (``downstream_gate_throttled`` mode ``reserve``
+                                       and pause waits): **only admissions that had
+                                       to wait** — an immediate admission logs nothing
+``tidegate_gate_throttles_total``,     worker processes, from their decision events,
+``tidegate_gate_pauses_total``,        counted in Redis (HINCRBY) by the
+``tidegate_downstream_429_total``      :class:`EventCounters` structlog processor
+``tidegate_shed_total``,               the quarantine itself, atomically with each
+``tidegate_replayed_total``            shed / replayed document (by document class)
+``tidegate_quarantine_*``,             the quarantine and the DLQ, read at scrape
+``tidegate_dlq_*``
+=====================================  ==============================================
+
+Worker-side counters need :func:`install_event_counters` in each worker (after
+logging is configured); the counters live in ``<prefix>:{metrics}:events``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, cast
+
+import redis
+import structlog
+from prometheus_client import start_http_server
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from tidegate._redis import client_from_url, map_redis_errors
+from tidegate.errors import TidegateError
+from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.load.dlq import DeadLetterQueue
+from tidegate.load.quarantine import Quarantine
+from tidegate.load.watermarks import LoadBoard
+
+__all__ = [
+    "GATE_WAIT_BUCKETS",
+    "EventCounters",
+    "MetricsServer",
+    "TidegateCollector",
+    "install_event_counters",
+    "registry_for",
+]
+
+#: Upper bounds of the ``tidegate_gate_wait_seconds`` buckets, seconds.
+GATE_WAIT_BUCKETS: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+_SEP = "|"
+
+
+def _events_key(prefix: str) -> str:
+    return f"{prefix}:{{metrics}}:events"
+
+
+def _bucket(wait_s: float) -> str:
+    index = bisect.bisect_left(GATE_WAIT_BUCKETS, wait_s)
+    return repr(GATE_WAIT_BUCKETS[index]) if index < len(GATE_WAIT_BUCKETS) else "+Inf"
+
+
+class EventCounters:
+    """A structlog processor counting decision events into Redis, for fleet-wide metrics.
+
+    Every decision is already one structured event, so counting the events keeps the
+    metrics and the logs consistent by construction. Counted:
+
+    - ``downstream_gate_throttled`` → throttles by downstream, reason and mode; with
+      mode ``reserve`` (admitted after sleeping ``wait_s``) also the wait histogram;
+    - ``downstream_gate_paused`` with ``pause_s`` (a pause set) → pauses by reason;
+      with ``wait_s`` (a worker waiting a pause out) → the wait histogram;
+    - ``downstream_throttled`` (the downstream answered 429) → 429s by downstream.
+
+    One pipelined HINCRBY round trip per counted event, in the process that made the
+    decision; a Redis error drops the count (``dropped``), never the log line.
+
+    Args:
+        client: a Redis client, or a factory called once per process (after a fork).
+        prefix: tidegate's key prefix.
+    """
+
+    def __init__(
+        self, client: redis.Redis | Callable[[], redis.Redis], *, prefix: str = DEFAULT_PREFIX
+    ) -> None:
+        self._factory: Callable[[], redis.Redis] = (
+            (lambda: client) if isinstance(client, redis.Redis) else client
+        )
+        self.key = _events_key(prefix)
+        self.dropped = 0
+        self._client: redis.Redis | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def _redis(self) -> redis.Redis:
+        with self._lock:
+            if self._client is None or self._pid != os.getpid():
+                self._client, self._pid = self._factory(), os.getpid()
+            return self._client
+
+    def increments(self, event: MutableMapping[str, Any]) -> dict[str, float]:
+        """The counter increments one event adds (pure; empty for other events)."""
+        name = event.get("event")
+        downstream = str(event.get("downstream", ""))
+        out: dict[str, float] = {}
+        wait = event.get("wait_s")
+        if name == "downstream_gate_throttled":
+            reason, mode = event.get("reason", ""), event.get("mode", "")
+            out[_SEP.join(("throttles", downstream, str(reason), str(mode)))] = 1
+            if mode == "reserve" and isinstance(wait, int | float):
+                self._wait(out, downstream, float(wait))
+        elif name == "downstream_gate_paused":
+            if "pause_s" in event:
+                out[_SEP.join(("pauses", downstream, str(event.get("reason", ""))))] = 1
+            elif isinstance(wait, int | float):
+                self._wait(out, downstream, float(wait))
+        elif name == "downstream_throttled" and event.get("status", 429) == 429:
+            out[_SEP.join(("http_429", downstream))] = 1
+        return out
+
+    @staticmethod
+    def _wait(out: dict[str, float], downstream: str, wait_s: float) -> None:
+        if not math.isfinite(wait_s) or wait_s < 0:
+            return
+        out[_SEP.join(("gate_wait", downstream, _bucket(wait_s)))] = 1
+        out[_SEP.join(("gate_wait_sum", downstream))] = wait_s
+        out[_SEP.join(("gate_wait_count", downstream))] = 1
+
+    def __call__(
+        self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        increments = self.increments(event_dict)
+        if increments:
+            try:
+                pipe = self._redis().pipeline(transaction=False)
+                for field, amount in increments.items():
+                    if float(amount).is_integer():
+                        pipe.hincrby(self.key, field, int(amount))
+                    else:
+                        pipe.hincrbyfloat(self.key, field, amount)
+                pipe.execute()
+            except (redis.RedisError, OSError, TidegateError):
+                self.dropped += 1
+        return event_dict
+
+
+_METHOD_LEVELS = {"warn": "WARNING", "exception": "ERROR", "msg": "INFO", "fatal": "CRITICAL"}
+
+
+class _DropBelow:
+    """Drop events below ``level`` (after they were counted)."""
+
+    __slots__ = ("_minimum",)
+
+    def __init__(self, level: str) -> None:
+        self._minimum = logging.getLevelNamesMapping()[level.upper()]
+
+    def __call__(
+        self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        name = _METHOD_LEVELS.get(method_name, method_name.upper())
+        if logging.getLevelNamesMapping().get(name, logging.INFO) < self._minimum:
+            raise structlog.DropEvent
+        return event_dict
+
+
+def install_event_counters(
+    client: redis.Redis | Callable[[], redis.Redis] | str,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    level: str | None = None,
+) -> EventCounters:
+    """Put an :class:`EventCounters` first in structlog's processor chain.
+
+    Call it after :func:`tidegate.logging.configure` in each worker (a Celery
+    ``celeryd_init`` handler, or the RQ worker's start-up). A URL is connected lazily
+    once per process, so it is safe before a prefork pool forks.
+
+    Args:
+        client: tidegate's Redis: a client, a factory, or a URL.
+        prefix: tidegate's key prefix.
+        level: the level the logs should *show*. The counted events are INFO, and a
+            logger filtering at WARNING never builds them; with ``level`` the logger
+            is opened to INFO and the events below ``level`` are dropped after
+            counting, so the counts do not depend on the log level.
+    """
+    factory: redis.Redis | Callable[[], redis.Redis] = (
+        (lambda: client_from_url(client)) if isinstance(client, str) else client
+    )
+    counters = EventCounters(factory, prefix=prefix)
+    processors: list[Any] = [
+        p
+        for p in structlog.get_config()["processors"]
+        if not isinstance(p, EventCounters | _DropBelow)
+    ]
+    chain: list[Any] = [counters]
+    options: dict[str, Any] = {}
+    if level is not None:
+        chain.append(_DropBelow(level))
+        shown = logging.getLevelNamesMapping()[level.upper()]
+        options["wrapper_class"] = structlog.make_filtering_bound_logger(min(shown, logging.INFO))
+    structlog.configure(processors=chain + processors, **options)
+    return counters
+
+
+class TidegateCollector(Collector):
+    """Collects every tidegate metric from Redis at scrape time (see the module docstring).
+
+    Args:
+        client: tidegate's Redis.
+        prefix: tidegate's key prefix.
+    """
+
+    def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.board = LoadBoard(client, prefix=prefix)
+        self.quarantine = Quarantine(client, prefix=prefix)
+        self.dlq = DeadLetterQueue(client, prefix=prefix)
+        self._events = _events_key(prefix)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._queues()
+        yield from self._events_metrics()
+        yield from self._quarantine_metrics()
+        yield from self._dlq_metrics()
+
+    def _queues(self) -> Iterator[Metric]:
+        entries = self.board.read()
+        depth = GaugeMetricFamily(
+            "tidegate_queue_depth",
+            "Messages in the queue not finished: ready (all priority sub-queues) + unacked.",
+            labels=["queue"],
+        )
+        messages = GaugeMetricFamily(
+            "tidegate_queue_messages",
+            "Messages by state (ready, unacked).",
+            labels=["queue", "state"],
+        )
+        consumers = GaugeMetricFamily(
+            "tidegate_queue_consumers", "Consumers (RabbitMQ only).", labels=["queue"]
+        )
+        hwm = GaugeMetricFamily("tidegate_queue_high_watermark", "HWM.", labels=["queue"])
+        lwm = GaugeMetricFamily("tidegate_queue_low_watermark", "LWM.", labels=["queue"])
+        over = GaugeMetricFamily(
+            "tidegate_queue_over_hwm_intervals",
+            "Consecutive samples above the HWM.",
+            labels=["queue"],
+        )
+        shedding = GaugeMetricFamily(
+            "tidegate_queue_shedding",
+            "1 while sheddable documents are quarantined.",
+            labels=["queue"],
+        )
+        signal = GaugeMetricFamily(
+            "tidegate_scaling_signal", "+1 scale_out, 0 hold, -1 scale_in.", labels=["queue"]
+        )
+        signal_info = GaugeMetricFamily(
+            "tidegate_scaling_signal_info",
+            "The current signal and its reason (value 1).",
+            labels=["queue", "signal", "reason"],
+        )
+        desired = GaugeMetricFamily(
+            "tidegate_desired_workers",
+            "min(backlog-based, quota-based) workers, clamped.",
+            labels=["queue"],
+        )
+        backlog = GaugeMetricFamily(
+            "tidegate_backlog_workers", "Workers the backlog alone asks for.", labels=["queue"]
+        )
+        quota = GaugeMetricFamily(
+            "tidegate_quota_workers", "Workers the downstream's rate can use.", labels=["queue"]
+        )
+        age = GaugeMetricFamily(
+            "tidegate_monitor_sample_age_seconds", "Age of the last sample.", labels=["queue"]
+        )
+        paused = GaugeMetricFamily(
+            "tidegate_gate_paused", "1 while the gate is paused fleet-wide.", labels=["downstream"]
+        )
+        tokens = GaugeMetricFamily(
+            "tidegate_gate_tokens_available", "Rate tokens available now.", labels=["downstream"]
+        )
+        leases = GaugeMetricFamily(
+            "tidegate_gate_leases_held", "Concurrency leases held.", labels=["downstream"]
+        )
+        ahead = GaugeMetricFamily(
+            "tidegate_gate_wait_ahead_seconds",
+            "How long a new admission would wait for its token, at the last sample.",
+            labels=["downstream"],
+        )
+        gates_seen: set[str] = set()
+        for queue, entry in sorted(entries.items()):
+            state = entry.state
+            depth.add_metric([queue], state.depth)
+            messages.add_metric([queue, "ready"], entry.depth.ready)
+            messages.add_metric([queue, "unacked"], entry.depth.unacked)
+            if entry.depth.consumers is not None:
+                consumers.add_metric([queue], entry.depth.consumers)
+            hwm.add_metric([queue], entry.marks.hwm)
+            lwm.add_metric([queue], entry.marks.lwm)
+            over.add_metric([queue], state.over_hwm_intervals)
+            shedding.add_metric([queue], int(state.shedding))
+            signal.add_metric([queue], state.signal.direction)
+            signal_info.add_metric([queue, state.signal.value, state.reason], 1)
+            desired.add_metric([queue], state.desired_workers)
+            backlog.add_metric([queue], state.backlog_workers)
+            if state.quota_workers is not None:
+                quota.add_metric([queue], state.quota_workers)
+            age.add_metric([queue], entry.age_s)
+            gate = entry.gate
+            if gate is not None and gate.name not in gates_seen:
+                gates_seen.add(gate.name)
+                paused.add_metric([gate.name], int(gate.paused_for_s > 0))
+                tokens.add_metric([gate.name], gate.tokens_available)
+                leases.add_metric([gate.name], gate.leases_held)
+                ahead.add_metric([gate.name], gate.wait_s)
+        yield from (depth, messages, consumers, hwm, lwm, over, shedding, signal, signal_info)
+        yield from (desired, backlog, quota, age, paused, tokens, leases, ahead)
+
+    def _events_metrics(self) -> Iterator[Metric]:
+        with map_redis_errors("metrics events"):
+            raw = cast("dict[bytes, bytes]", self.client.hgetall(self._events))
+        throttles = CounterMetricFamily(
+            "tidegate_gate_throttles",
+            "Gate admissions that waited or were refused (workers' decision events).",
+            labels=["downstream", "reason", "mode"],
+        )
+        pauses = CounterMetricFamily(
+            "tidegate_gate_pauses",
+            "Fleet-wide pauses set or extended.",
+            labels=["downstream", "reason"],
+        )
+        http_429 = CounterMetricFamily(
+            "tidegate_downstream_429", "429 answers seen by workers.", labels=["downstream"]
+        )
+        buckets: dict[str, dict[str, float]] = {}
+        sums: dict[str, float] = {}
+        counts: dict[str, float] = {}
+        for raw_field, raw_value in sorted(raw.items()):
+            parts = raw_field.decode().split(_SEP)
+            value = float(raw_value)
+            kind, labels = parts[0], parts[1:]
+            if kind == "throttles" and len(labels) == 3:
+                throttles.add_metric(labels, value)
+            elif kind == "pauses" and len(labels) == 2:
+                pauses.add_metric(labels, value)
+            elif kind == "http_429" and len(labels) == 1:
+                http_429.add_metric(labels, value)
+            elif kind == "gate_wait" and len(labels) == 2:
+                buckets.setdefault(labels[0], {})[labels[1]] = value
+            elif kind == "gate_wait_sum" and len(labels) == 1:
+                sums[labels[0]] = value
+            elif kind == "gate_wait_count" and len(labels) == 1:
+                counts[labels[0]] = value
+        waits = HistogramMetricFamily(
+            "tidegate_gate_wait_seconds",
+            "Gate waits of admissions that had to wait (rate reservation or pause), "
+            "from workers' decision events; immediate admissions are not counted.",
+            labels=["downstream"],
+        )
+        for downstream in sorted(set(buckets) | set(counts)):
+            per = buckets.get(downstream, {})
+            cumulative, rows = 0.0, []
+            for bound in GATE_WAIT_BUCKETS:
+                cumulative += per.get(repr(bound), 0.0)
+                rows.append((repr(bound), cumulative))
+            rows.append(("+Inf", cumulative + per.get("+Inf", 0.0)))
+            waits.add_metric([downstream], rows, sum_value=sums.get(downstream, 0.0))
+        yield from (throttles, pauses, http_429, waits)
+
+    def _quarantine_metrics(self) -> Iterator[Metric]:
+        stats = self.quarantine.stats()
+        shed = CounterMetricFamily(
+            "tidegate_shed", "Documents quarantined by shedding.", labels=["document_class"]
+        )
+        replayed = CounterMetricFamily(
+            "tidegate_replayed", "Quarantined documents queued again.", labels=["document_class"]
+        )
+        for name, value in stats["shed_total"].items():
+            shed.add_metric([name], value)
+        for name, value in stats["replayed_total"].items():
+            replayed.add_metric([name], value)
+        depth = GaugeMetricFamily(
+            "tidegate_quarantine_depth", "Documents waiting in the quarantine.", labels=["queue"]
+        )
+        for queue, count in stats["by_queue"].items():
+            depth.add_metric([queue], count)
+        oldest = GaugeMetricFamily(
+            "tidegate_quarantine_oldest_age_seconds",
+            "Age of the oldest quarantined document (0 when empty).",
+            value=stats["oldest_age_s"],
+        )
+        yield from (shed, replayed, depth, oldest)
+
+    def _dlq_metrics(self) -> Iterator[Metric]:
+        stats = self.dlq.stats()
+        yield GaugeMetricFamily(
+            "tidegate_dlq_depth", "Records in the dead-letter queue.", value=stats["records"]
+        )
+        yield GaugeMetricFamily(
+            "tidegate_dlq_oldest_age_seconds",
+            "Age of the oldest dead letter (0 when empty).",
+            value=stats["oldest_age_s"],
+        )
+        yield CounterMetricFamily(
+            "tidegate_dlq_dead_lettered",
+            "Units ever dead-lettered.",
+            value=stats["dead_lettered_total"],
+        )
+
+
+def registry_for(client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> CollectorRegistry:
+    """A registry holding only tidegate's collector (no process metrics of the scraper)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TidegateCollector(client, prefix=prefix))
+    return registry
+
+
+class MetricsServer:
+    """Serves ``/metrics`` over HTTP from a daemon thread.
+
+    Args:
+        registry: what to expose (:func:`registry_for`).
+        port: 0 picks a free port (read :attr:`port` after :meth:`start`).
+        addr: the address to bind.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, port: int = 0, addr: str = "127.0.0.1"):
+        self.registry = registry
+        self.addr = addr
+        self._port = port
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> MetricsServer:
+        self._server, self._thread = start_http_server(self._port, self.addr, self.registry)
+        self._port = int(self._server.server_address[1])
+        return self
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addr}:{self._port}/metrics"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> MetricsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

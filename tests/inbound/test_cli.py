@@ -1,0 +1,102 @@
+"""The CLI groups of the inbound controls, through click's CliRunner."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import click
+import pytest
+import redis
+from celery import Celery
+from click.testing import CliRunner
+
+from tidegate.cli.monitor import metrics, monitor, watermarks
+from tidegate.cli.quarantine import quarantine
+from tidegate.load.quarantine import Quarantine, QuarantinedDocument
+from tidegate.logging import configure
+
+pytestmark = pytest.mark.redis
+
+
+def invoke(command: click.Command, args: list[str], redis_url: str) -> tuple[int, str]:
+    """Run a command; JSON log lines go to a buffer (the group configures them in real use)."""
+    configure(level="INFO", stream=io.StringIO())
+    result = CliRunner().invoke(command, [*args, "--redis-url", redis_url])
+    return result.exit_code, result.output
+
+
+def test_watermarks_set_show_and_refuse_invalid_values(redis_url: str, prefix: str) -> None:
+    """set validates against the effective values; show reports defaults and overrides."""
+    code, out = invoke(
+        watermarks, ["set", "--prefix", prefix, "--hwm", "400", "--lwm", "40"], redis_url
+    )
+    assert code == 0, out
+    code, out = invoke(watermarks, ["set", "--prefix", prefix, "--lwm", "400"], redis_url)
+    assert code == 1
+    assert "QUEUE_LWM=400 QUEUE_HWM=400" in out
+    code, out = invoke(watermarks, ["show", "--prefix", prefix], redis_url)
+    shown = json.loads(out)
+    assert (shown["hwm"], shown["lwm"]) == (400, 40)
+    assert shown["overrides"] == {"hwm": 400.0, "lwm": 40.0}
+    code, out = invoke(watermarks, ["reset", "--prefix", prefix], redis_url)
+    assert code == 0
+    assert json.loads(out)["hwm"] == shown["defaults"]["hwm"]
+
+
+def test_monitor_samples_and_prints_the_states(
+    producer: Celery, redis_url: str, prefix: str, queues: dict[str, str]
+) -> None:
+    """Two ticks over a queue above HWM: scale_out, published, printed."""
+    bulk = queues["bulk"]
+    for _ in range(30):
+        producer.send_task("filler", args=[{}], queue=bulk)
+    invoke(watermarks, ["set", "--prefix", prefix, "--hwm", "20", "--lwm", "5"], redis_url)
+    code, out = invoke(
+        monitor,
+        ["--prefix", prefix, "--queue", bulk, "--interval", "0.05", "--iterations", "2"],
+        redis_url,
+    )
+    assert code == 0, out
+    state = json.loads(out[out.index("{") :])[bulk]
+    assert (state["depth"], state["signal"], state["over_hwm_intervals"]) == (30, "scale_out", 2)
+
+
+def test_quarantine_ls_replay_and_purge(
+    redis_client: redis.Redis, redis_url: str, prefix: str, queues: dict[str, str]
+) -> None:
+    """ls never prints payloads; replay is bounded by --limit; purge needs --yes."""
+    bulk = queues["bulk"]
+    store = Quarantine(redis_client, prefix=prefix)
+    for n in range(5):
+        store.add(
+            QuarantinedDocument(
+                f"k{n}", "BULK_BL_PDF", bulk, "bulk.documents.store", {"secret_body": "x"}
+            )
+        )
+    code, out = invoke(quarantine, ["ls", "--prefix", prefix, "--limit", "2"], redis_url)
+    assert code == 0, out
+    listed = json.loads(out)
+    assert listed["documents"] == 5
+    assert [d["key"] for d in listed["documents_listed"]] == ["k0", "k1"]
+    assert "secret_body" not in out
+
+    code, out = invoke(quarantine, ["replay", "--prefix", prefix, "--limit", "3"], redis_url)
+    assert code == 0, out
+    assert json.loads(out)["replayed"] == 3
+    assert redis_client.llen(bulk) == 3
+
+    code, out = invoke(quarantine, ["purge", "--prefix", prefix], redis_url)
+    assert code == 1
+    assert "--yes" in out
+    assert len(store) == 2
+    code, out = invoke(quarantine, ["purge", "--prefix", prefix, "--yes"], redis_url)
+    assert json.loads(out) == {"purged": 2}
+
+
+def test_metrics_once_prints_the_exposition(redis_url: str, prefix: str) -> None:
+    """``tidegate metrics --once`` prints what /metrics would serve."""
+    code, out = invoke(metrics, ["--prefix", prefix, "--once"], redis_url)
+    assert code == 0, out
+    assert "# TYPE tidegate_dlq_depth gauge" in out
+    assert "tidegate_quarantine_oldest_age_seconds 0.0" in out
