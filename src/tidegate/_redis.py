@@ -27,6 +27,7 @@ __all__ = [
     "lua_script",
     "map_redis_errors",
     "redact_url",
+    "translate_redis_error",
 ]
 
 _SCHEMES = ("redis", "rediss", "unix")
@@ -78,11 +79,30 @@ def async_client_from_url(url: str, **kwargs: object) -> redis.asyncio.Redis:
     return redis.asyncio.Redis.from_url(url, **options)  # type: ignore[arg-type]
 
 
+_INCLUDE = "--!include "
+
+
 @functools.cache
 def lua_script(name: str, package: str = "tidegate.flow.backends") -> str:
-    """The text of ``<package>/lua/<name>.lua``, package data read once per process."""
+    """The text of ``<package>/lua/<name>.lua``, package data read once per process.
+
+    A line ``--!include other`` is replaced by ``other.lua`` from the same folder: Redis
+    Lua has no modules, and two scripts that share the GCRA maths should not each carry
+    a copy of it.
+    """
     resource = importlib.resources.files(package).joinpath("lua", f"{name}.lua")
-    return resource.read_text(encoding="utf-8")
+    lines = resource.read_text(encoding="utf-8").splitlines(keepends=True)
+    return "".join(
+        lua_script(line[len(_INCLUDE) :].strip(), package) if line.startswith(_INCLUDE) else line
+        for line in lines
+    )
+
+
+def translate_redis_error(exc: BaseException, operation: str) -> BackendError:
+    """The tidegate error for a redis-py (or socket) error; raise it ``from exc``."""
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | OSError):
+        return BackendUnavailable(f"Redis unreachable during {operation}: {exc}")
+    return BackendError(f"Redis error during {operation}: {exc}")
 
 
 @contextlib.contextmanager
@@ -90,7 +110,5 @@ def map_redis_errors(operation: str) -> Iterator[None]:
     """Translate redis-py errors raised inside the block into tidegate's tree."""
     try:
         yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-        raise BackendUnavailable(f"Redis unreachable during {operation}: {exc}") from exc
-    except redis.exceptions.RedisError as exc:
-        raise BackendError(f"Redis error during {operation}: {exc}") from exc
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise translate_redis_error(exc, operation) from exc

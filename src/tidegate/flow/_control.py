@@ -23,7 +23,7 @@ from tidegate.flow._core import (
     drive_sync,
     new_holder_id,
 )
-from tidegate.flow.backends.base import AsyncBackend, Backend, Status
+from tidegate.flow.backends.base import AcquireParams, AsyncBackend, Backend, Status
 from tidegate.flow.backends.memory import AsyncMemoryBackend, MemoryBackend
 from tidegate.flow.permit import AsyncPermit, Permit
 from tidegate.logging import get_logger
@@ -77,18 +77,38 @@ def _unavailable(limit: Limit, exc: BackendUnavailable, fail_open: bool) -> Deci
     return Decision(True, 0.0, -1, "fail_open")
 
 
-class SyncControl:
-    """Shared sync machinery: try-only decisions and full admissions."""
+class _Control:
+    """What both twins hold: the limit, the fail-open policy, cached request shapes."""
 
-    def __init__(self, store: Any, limit: Limit, *, fail_open: bool) -> None:
-        self.backend: Backend = resolve_backend(store)
+    def __init__(self, limit: Limit, *, fail_open: bool) -> None:
         self.limit = limit
         self.fail_open = fail_open
         self._wake_cap = max(1, limit.concurrency)
+        # A lease can only be taken where a cap exists or may be configured live; a plain
+        # rate limit needs no holder id, so its try-only parameters never change.
+        self._leases = limit.concurrency > 0 or limit.read_config
+        self._try_params: dict[int, AcquireParams] = {}
 
     @property
     def name(self) -> str:
         return self.limit.name
+
+    def _try_request(self, cost: int) -> tuple[str, AcquireParams]:
+        if self._leases:
+            holder = new_holder_id()
+            return holder, self.limit.params(cost, 0.0, holder)
+        params = self._try_params.get(cost)
+        if params is None:
+            params = self._try_params[cost] = self.limit.params(cost, 0.0, "")
+        return "", params
+
+
+class SyncControl(_Control):
+    """Shared sync machinery: try-only decisions and full admissions."""
+
+    def __init__(self, store: Any, limit: Limit, *, fail_open: bool) -> None:
+        super().__init__(limit, fail_open=fail_open)
+        self.backend: Backend = resolve_backend(store)
 
     def _permit(self, holder: str, *, leased: bool, waited_s: float) -> Permit:
         return Permit(
@@ -104,9 +124,9 @@ class SyncControl:
 
     def _try(self, cost: int) -> Decision:
         self.limit.check_cost(cost)
-        holder = new_holder_id()
+        holder, params = self._try_request(cost)
         try:
-            result = self.backend.acquire(self.limit.keys, self.limit.params(cost, 0.0, holder))
+            result = self.backend.acquire(self.limit.keys, params)
         except BackendUnavailable as exc:
             return _unavailable(self.limit, exc, self.fail_open)
         if result.status is not Status.ADMITTED:
@@ -116,7 +136,7 @@ class SyncControl:
 
     def _admit(self, cost: int, max_wait: float) -> Permit:
         self.limit.check_cost(cost)
-        holder = new_holder_id()
+        holder = new_holder_id() if self._leases else ""
         flow = self.limit.admission(cost, max_wait, holder, self.backend.monotonic())
         try:
             admitted = drive_sync(flow, self.backend, self.limit.keys)
@@ -136,18 +156,12 @@ class SyncControl:
             permit.release()
 
 
-class AsyncControl:
+class AsyncControl(_Control):
     """The asyncio twin of :class:`SyncControl`."""
 
     def __init__(self, store: Any, limit: Limit, *, fail_open: bool) -> None:
+        super().__init__(limit, fail_open=fail_open)
         self.backend: AsyncBackend = resolve_async_backend(store)
-        self.limit = limit
-        self.fail_open = fail_open
-        self._wake_cap = max(1, limit.concurrency)
-
-    @property
-    def name(self) -> str:
-        return self.limit.name
 
     def _permit(self, holder: str, *, leased: bool, waited_s: float) -> AsyncPermit:
         return AsyncPermit(
@@ -163,9 +177,8 @@ class AsyncControl:
 
     async def _try(self, cost: int) -> Decision:
         self.limit.check_cost(cost)
-        holder = new_holder_id()
+        holder, params = self._try_request(cost)
         try:
-            params = self.limit.params(cost, 0.0, holder)
             result = await self.backend.acquire(self.limit.keys, params)
         except BackendUnavailable as exc:
             return _unavailable(self.limit, exc, self.fail_open)
@@ -176,7 +189,7 @@ class AsyncControl:
 
     async def _admit(self, cost: int, max_wait: float) -> AsyncPermit:
         self.limit.check_cost(cost)
-        holder = new_holder_id()
+        holder = new_holder_id() if self._leases else ""
         flow = self.limit.admission(cost, max_wait, holder, self.backend.monotonic())
         try:
             admitted = await drive_async(flow, self.backend, self.limit.keys)

@@ -174,10 +174,14 @@ class Limit:
             )
 
     def refusal(self, result: AcquireResult) -> Decision:
-        """Turn a refused try-only answer into a :class:`Decision`, and log it."""
+        """Turn a refused try-only answer into a :class:`Decision`, and log it.
+
+        At DEBUG: a caller of ``try_acquire`` polls by design and gets the decision back;
+        at INFO a polling loop would write a line per refusal.
+        """
         wait_s = result.wait_ms / 1000.0
         reason = result.status.name.lower()
-        log.info(
+        log.debug(
             "downstream_gate_throttled",
             downstream=self.name,
             reason=reason,

@@ -96,7 +96,6 @@ class AcquireResult(NamedTuple):
             refused: time until the refusing part would let the request through.
         remaining: rate tokens (or free leases, whichever is smaller) left; -1 when
             neither part is limited.
-        now_ms: the fleet clock at the decision.
         reclaimed: expired leases of dead holders that this decision removed.
         leased: a lease was taken for the holder; the caller must release it.
     """
@@ -104,7 +103,6 @@ class AcquireResult(NamedTuple):
     status: Status
     wait_ms: float
     remaining: int
-    now_ms: float
     reclaimed: int
     leased: bool = False
 

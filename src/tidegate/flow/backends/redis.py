@@ -1,23 +1,31 @@
 """The fleet-wide backend: every decision is one EVALSHA of a ``.lua`` script.
 
-Scripts are registered once per client (``register_script`` runs EVALSHA and reloads
-the script on NOSCRIPT, e.g. after a Redis restart). The clock is Redis ``TIME`` unless
-a test injects ``now_ms``: hosts never compare their own clocks. The sync and asyncio
-backends share the argument encoding and result decoding below and differ only in
-awaiting the client.
+The clock is Redis ``TIME`` unless a test injects ``now_ms``: hosts never compare their
+own clocks. The sync and asyncio backends share the argument encoding and result
+decoding below and differ only in awaiting the client.
+
+The admission call is the hot path of every gated task, so it is kept lean: a plain
+rate limit runs the one-key ``rate_acquire.lua`` instead of the whole gate script, its
+arguments are encoded to bytes once per shape and cached, replies are integers, and
+EVALSHA is issued directly (the script is loaded on NOSCRIPT — after a Redis restart,
+say — and the call retried once). The other scripts go through redis-py's
+``register_script``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import redis
 import redis.asyncio
+import redis.exceptions
 
-from tidegate._redis import lua_script, map_redis_errors
+from tidegate._redis import lua_script, map_redis_errors, translate_redis_error
 from tidegate.flow.backends.base import (
     AcquireParams,
     AcquireResult,
@@ -38,26 +46,85 @@ def _now_arg(clock: ManualClock | None) -> str:
     return "" if clock is None else repr(clock.now_ms())
 
 
-def _argv(params: AcquireParams, clock: ManualClock | None) -> list[str | int | float]:
-    flags = ("p" if params.check_pause else "") + ("c" if params.read_config else "")
-    now = params.now_ms if params.now_ms is not None or clock is None else clock.now_ms()
-    return [
-        "" if now is None else repr(now),
-        params.cost,
-        repr(params.rate),
-        params.burst,
-        params.concurrency,
-        repr(params.lease_ms),
-        repr(params.max_wait_ms),
-        params.holder,
-        flags,
-    ]
+_STATUSES = tuple(Status)
+_RATE, _GATE = "rate_acquire", "gate_acquire"
+_TEXT = {name: lua_script(name) for name in (_RATE, _GATE)}
+_SHA = {
+    name: hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+    for name, text in _TEXT.items()
+}
 
 
-def _decode(raw: Sequence[bytes]) -> AcquireResult:
-    return AcquireResult(
-        Status(int(raw[0])), float(raw[1]), int(raw[2]), float(raw[3]), int(raw[4]), raw[5] == b"1"
-    )
+def _enc(value: str | int | float) -> bytes:
+    return (repr(value) if isinstance(value, float) else str(value)).encode()
+
+
+def _rate_only(p: AcquireParams) -> bool:
+    return p.rate > 0 and p.concurrency == 0 and not p.check_pause and not p.read_config
+
+
+#: Where ``now`` sits in each command (after EVALSHA, sha, numkeys and the keys).
+_NOW_AT = {9: 4, 16: 7}
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded(keys: GateKeys, p: AcquireParams) -> tuple[bytes, ...]:
+    """EVALSHA and its arguments for one decision shape (``now``/holder blank), encoded once."""
+    if _rate_only(p):
+        args: tuple[str | int | float, ...] = (
+            "EVALSHA",
+            _SHA[_RATE],
+            1,
+            keys.tat,
+            "",
+            p.cost,
+            1000.0 / p.rate,
+            p.burst,
+            p.max_wait_ms,
+        )
+    else:
+        flags = ("p" if p.check_pause else "") + ("c" if p.read_config else "")
+        args = (
+            "EVALSHA",
+            _SHA[_GATE],
+            4,
+            *keys.as_list(),
+            "",
+            p.cost,
+            p.rate,
+            p.burst,
+            p.concurrency,
+            p.lease_ms,
+            p.max_wait_ms,
+            "",
+            flags,
+        )
+    return tuple(_enc(v) for v in args)
+
+
+def _command(keys: GateKeys, p: AcquireParams, clock: ManualClock | None) -> Sequence[bytes]:
+    """The command for one decision; the cached shape, with ``now`` and the holder filled in."""
+    varying = p.holder or p.now_ms is not None
+    command = _encoded(keys, p._replace(holder="", now_ms=None) if varying else p)
+    now = p.now_ms if p.now_ms is not None else (clock.now_ms() if clock is not None else None)
+    if now is None and not p.holder:
+        return command
+    filled = list(command)
+    if now is not None:
+        filled[_NOW_AT[len(filled)]] = repr(now).encode()
+    if p.holder:
+        filled[-2] = p.holder.encode()
+    return filled
+
+
+def _decode(raw: Sequence[int]) -> AcquireResult:
+    if len(raw) == 3:  # rate_acquire: status, wait_us, remaining
+        return AcquireResult(_STATUSES[raw[0]], raw[1] / 1000.0, raw[2], 0, False)
+    return AcquireResult(_STATUSES[raw[0]], raw[1] / 1000.0, raw[2], raw[3], raw[4] == 1)
+
+
+def _script_of(command: Sequence[bytes]) -> str:
+    return _RATE if command[1] == _SHA[_RATE].encode() else _GATE
 
 
 def _snapshot(results: list[Any], clock: ManualClock | None) -> GateSnapshot:
@@ -88,14 +155,20 @@ class RedisBackend:
     def __init__(self, client: redis.Redis, *, clock: ManualClock | None = None) -> None:
         self.client = client
         self.clock = clock
-        self._acquire = client.register_script(lua_script("gate_acquire"))
         self._release = client.register_script(lua_script("lease_release"))
         self._renew = client.register_script(lua_script("lease_renew"))
         self._pause = client.register_script(lua_script("gate_pause"))
 
     def acquire(self, keys: GateKeys, params: AcquireParams) -> AcquireResult:
-        with map_redis_errors("gate acquire"):
-            raw = self._acquire(keys.as_list(), _argv(params, self.clock))
+        command = _command(keys, params, self.clock)
+        try:
+            try:
+                raw = self.client.execute_command(*command)  # type: ignore[no-untyped-call]
+            except redis.exceptions.NoScriptError:
+                self.client.script_load(_TEXT[_script_of(command)])
+                raw = self.client.execute_command(*command)  # type: ignore[no-untyped-call]
+        except (redis.exceptions.RedisError, OSError) as exc:
+            raise translate_redis_error(exc, "gate acquire") from exc
         return _decode(raw)
 
     def release(self, keys: GateKeys, holder: str, *, wake_cap: int) -> bool:
@@ -159,14 +232,20 @@ class AsyncRedisBackend:
     def __init__(self, client: redis.asyncio.Redis, *, clock: ManualClock | None = None) -> None:
         self.client = client
         self.clock = clock
-        self._acquire = client.register_script(lua_script("gate_acquire"))
         self._release = client.register_script(lua_script("lease_release"))
         self._renew = client.register_script(lua_script("lease_renew"))
         self._pause = client.register_script(lua_script("gate_pause"))
 
     async def acquire(self, keys: GateKeys, params: AcquireParams) -> AcquireResult:
-        with map_redis_errors("gate acquire"):
-            raw = await self._acquire(keys.as_list(), _argv(params, self.clock))
+        command = _command(keys, params, self.clock)
+        try:
+            try:
+                raw = await self.client.execute_command(*command)  # type: ignore[no-untyped-call]
+            except redis.exceptions.NoScriptError:
+                await self.client.script_load(_TEXT[_script_of(command)])
+                raw = await self.client.execute_command(*command)  # type: ignore[no-untyped-call]
+        except (redis.exceptions.RedisError, OSError) as exc:
+            raise translate_redis_error(exc, "gate acquire") from exc
         return _decode(raw)
 
     async def release(self, keys: GateKeys, holder: str, *, wake_cap: int) -> bool:
