@@ -22,13 +22,11 @@ into Redis (:func:`tidegate.ops.metrics.install_event_counters`) for ``/metrics`
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from celery import Celery, signals
 
-from tidegate.downstream import DownstreamClient
 from tidegate.integrations.celery import CeleryPreset, GatedTask, setup
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.load.shedding import BULK_QUEUE, CUSTOMS_QUEUE
@@ -63,24 +61,14 @@ setup(
 )
 
 _PATHS = {"customs": "/declarations", "docstore": "/writes"}
-_CLIENTS: dict[tuple[int, str], DownstreamClient] = {}
-_LOCK = threading.Lock()
 _MAX_WAIT_S = float(os.environ.get("TIDEGATE_MAX_WAIT_S", "10"))
-
-
-def _client(name: str) -> DownstreamClient:
-    """One HTTP client per process and downstream, telling the gate about 429s."""
-    key = (os.getpid(), name)
-    with _LOCK:
-        if key not in _CLIENTS:
-            base = os.environ[f"TIDEGATE_{name.upper()}_URL"]
-            _CLIENTS[key] = DownstreamClient(name, base, feedback=runtime(app).gate(name))
-        return _CLIENTS[key]
 
 
 def _deliver(name: str, envelope: Mapping[str, Any]) -> dict[str, Any]:
     body = {"type": envelope["type"], "class": envelope["class"], "document": envelope["body"]}
-    answer = _client(name).send(_PATHS[name], body, idempotency_key=str(envelope["key"]))
+    answer = (
+        runtime(app).downstream(name).send(_PATHS[name], body, idempotency_key=str(envelope["key"]))
+    )
     return {"tidegate": "delivered", "downstream": name, "status": answer.get("status")}
 
 

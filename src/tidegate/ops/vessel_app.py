@@ -20,14 +20,12 @@ all start workers the same way:
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from celery import Celery, signals
 
 from tidegate.bulk.celery import install_bulk
-from tidegate.downstream import DownstreamClient
 from tidegate.integrations.celery import GatedTask, setup
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.logging import configure as configure_logging
@@ -51,23 +49,13 @@ if "TIDEGATE_VISIBILITY_TIMEOUT_S" in os.environ:
 setup(app)
 
 _PATHS = {"customs": "/declarations", "tos": "/container-reports"}
-_CLIENTS: dict[tuple[int, str], DownstreamClient] = {}
-_LOCK = threading.Lock()
-
-
-def _client(name: str) -> DownstreamClient:
-    """One HTTP client per process and downstream, telling the gate about 429s."""
-    key = (os.getpid(), name)
-    with _LOCK:
-        if key not in _CLIENTS:
-            base = os.environ[f"TIDEGATE_{name.upper()}_URL"]
-            _CLIENTS[key] = DownstreamClient(name, base, feedback=runtime(app).gate(name))
-        return _CLIENTS[key]
 
 
 def _deliver(name: str, envelope: Mapping[str, Any]) -> dict[str, Any]:
     body = {"type": envelope["type"], "class": envelope["class"], "edifact": envelope["body"]}
-    answer = _client(name).send(_PATHS[name], body, idempotency_key=str(envelope["key"]))
+    answer = (
+        runtime(app).downstream(name).send(_PATHS[name], body, idempotency_key=str(envelope["key"]))
+    )
     return {"tidegate": "delivered", "downstream": name, "status": answer.get("status")}
 
 
@@ -93,7 +81,7 @@ def _forward_bl(envelope: Mapping[str, Any]) -> dict[str, Any]:
         "batch_id": envelope["batch_id"],
         "containers": envelope["containers"],
     }
-    _client("tos").send(_PATHS["tos"], body, idempotency_key=str(envelope["key"]))
+    runtime(app).downstream("tos").send(_PATHS["tos"], body, idempotency_key=str(envelope["key"]))
     return {"tidegate": "delivered", "downstream": "tos", "bl_number": envelope["bl_number"]}
 
 

@@ -98,6 +98,7 @@ class AcquireResult(NamedTuple):
             neither part is limited.
         reclaimed: expired leases of dead holders that this decision removed.
         leased: a lease was taken for the holder; the caller must release it.
+        now_ms: the decision's time on the fleet clock (Redis TIME), in ms.
     """
 
     status: Status
@@ -105,6 +106,7 @@ class AcquireResult(NamedTuple):
     remaining: int
     reclaimed: int
     leased: bool = False
+    now_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,9 +118,11 @@ def _command(keys: GateKeys, p: AcquireParams, clock: ManualClock | None) -> Seq
 
 
 def _decode(raw: Sequence[int]) -> AcquireResult:
-    if len(raw) == 3:  # rate_acquire: status, wait_us, remaining
-        return AcquireResult(_STATUSES[raw[0]], raw[1] / 1000.0, raw[2], 0, False)
-    return AcquireResult(_STATUSES[raw[0]], raw[1] / 1000.0, raw[2], raw[3], raw[4] == 1)
+    if len(raw) == 4:  # rate_acquire: status, wait_us, remaining, now_us
+        return AcquireResult(_STATUSES[raw[0]], raw[1] / 1000.0, raw[2], 0, False, raw[3] / 1000.0)
+    return AcquireResult(
+        _STATUSES[raw[0]], raw[1] / 1000.0, raw[2], raw[3], raw[4] == 1, raw[5] / 1000.0
+    )
 
 
 def _script_of(command: Sequence[bytes]) -> str:

@@ -13,6 +13,7 @@ import threading
 from celery import Celery
 
 from tidegate._redis import client_from_url
+from tidegate.downstream import DownstreamClient
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.flow.backends.base import DEFAULT_PREFIX
@@ -31,6 +32,7 @@ class Runtime:
         self.dlq = DeadLetterQueue(self.client, prefix=prefix)
         self.ledger = DeliveryLedger(self.client, prefix=prefix)
         self._gates: dict[str, Gate] = {}
+        self._clients: dict[str, DownstreamClient] = {}
         self._lock = threading.Lock()
 
     def gate(self, name: str) -> Gate:
@@ -39,6 +41,22 @@ class Runtime:
             if name not in self._gates:
                 self._gates[name] = Gate(self.client, name, prefix=self.prefix)
             return self._gates[name]
+
+    def downstream(self, name: str, base_url: str | None = None) -> DownstreamClient:
+        """This process's HTTP client for ``name``; it reports every 429 to the gate.
+
+        ``base_url`` defaults to ``TIDEGATE_<NAME>_URL``.
+        """
+        gate = self.gate(name)
+        with self._lock:
+            if name not in self._clients:
+                url = base_url or os.environ.get(f"TIDEGATE_{name.upper()}_URL")
+                if not url:
+                    raise ConfigurationError(
+                        f"no URL for downstream {name!r}: set TIDEGATE_{name.upper()}_URL"
+                    )
+                self._clients[name] = DownstreamClient(name, url, feedback=gate)
+            return self._clients[name]
 
 
 _RUNTIMES: dict[tuple[int, int], Runtime] = {}

@@ -20,7 +20,7 @@
 -- ARGV[8]  holder       lease holder id (unique per acquisition); "" when no cap
 -- ARGV[9]  flags        "p" check pause, "c" read config hash (e.g. "pc"; "" = neither)
 --
--- Returns {status, wait_us, remaining, reclaimed, leased} as integers:
+-- Returns {status, wait_us, remaining, reclaimed, leased, now_us} as integers:
 --   status  0 admitted: sleep wait_us, then go; the lease (if capped) is held
 --           1 rate: the request conforms in wait_us (> max_wait_ms); nothing consumed
 --           2 paused: the fleet-wide pause ends in wait_us; nothing consumed
@@ -29,6 +29,7 @@
 --              -1 when neither a rate nor a cap applies
 --   reclaimed  expired leases removed by this call (holders that died without releasing)
 --   leased     1 if a lease was taken for holder (the caller must release it), else 0
+--   now_us     the decision's time on the fleet clock, us since epoch
 
 --!include gcra
 
@@ -43,6 +44,7 @@ local holder = ARGV[8]
 local flags = ARGV[9]
 
 local function us(ms) return math.ceil(ms * 1000) end
+local now_us = math.floor(now * 1000)
 
 if string.find(flags, "c", 1, true) then
   local cfg = redis.call("HMGET", KEYS[4], "rate", "burst", "concurrency", "lease_ms")
@@ -55,7 +57,7 @@ end
 if string.find(flags, "p", 1, true) then
   local until_ms = tonumber(redis.call("HGET", KEYS[3], "until_ms"))
   if until_ms and until_ms > now then
-    return {2, us(until_ms - now), 0, 0, 0}
+    return {2, us(until_ms - now), 0, 0, 0, now_us}
   end
 end
 
@@ -66,7 +68,7 @@ if cap > 0 then
   local held = redis.call("ZCARD", KEYS[2])
   if held >= cap then
     local first = redis.call("ZRANGE", KEYS[2], 0, 0, "WITHSCORES")
-    return {3, us(tonumber(first[2]) - now), 0, reclaimed, 0}
+    return {3, us(tonumber(first[2]) - now), 0, reclaimed, 0, now_us}
   end
   free = cap - held - 1
 end
@@ -80,7 +82,7 @@ if rate > 0 then
   local admitted
   admitted, wait, remaining = gcra(KEYS[1], now, cost, 1000 / rate, burst, max_wait)
   if not admitted then
-    return {1, us(wait), remaining, reclaimed, 0}
+    return {1, us(wait), remaining, reclaimed, 0, now_us}
   end
 end
 
@@ -92,7 +94,7 @@ if cap > 0 then
   -- reported as reclaimed) by the next admission rather than vanishing with the key.
   redis.call("PEXPIRE", KEYS[2], math.ceil(tonumber(last[2]) - now) + 60000)
   if remaining < 0 or free < remaining then remaining = free end
-  return {0, us(wait), remaining, reclaimed, 1}
+  return {0, us(wait), remaining, reclaimed, 1, now_us}
 end
 
-return {0, us(wait), remaining, reclaimed, 0}
+return {0, us(wait), remaining, reclaimed, 0, now_us}

@@ -2,7 +2,7 @@
 --
 -- The gate's full script checks a pause, leases and live configuration too; a plain rate
 -- limit needs none of that, and every argument and reply element costs encoding and
--- parsing on the client, so this one takes one key and five numbers and answers three
+-- parsing on the client, so this one takes one key and five numbers and answers four
 -- integers.
 --
 -- KEYS[1]  tat   string  GCRA theoretical arrival time, ms since the Unix epoch
@@ -13,17 +13,19 @@
 -- ARGV[4]  burst        bucket size, tokens
 -- ARGV[5]  max_wait_ms  furthest ahead a slot may be reserved, ms; "0" = admit only now
 --
--- Returns {status, wait_us, remaining} as integers:
+-- Returns {status, wait_us, remaining, now_us} as integers:
 --   status 0 admitted: sleep wait_us microseconds (the slot is reserved), then go
 --          1 refused: the request would conform in wait_us; nothing consumed
 --   remaining  tokens left at the admission time (refused: tokens now)
+--   now_us     the decision's time on the fleet clock, us since epoch (exact in a double)
 
 --!include gcra
 
 local now = clock(ARGV[1])
 local admitted, wait, remaining = gcra(KEYS[1], now, tonumber(ARGV[2]), tonumber(ARGV[3]),
                                        tonumber(ARGV[4]), tonumber(ARGV[5]))
+local now_us = math.floor(now * 1000)
 if admitted then
-  return {0, math.ceil(wait * 1000), remaining}
+  return {0, math.ceil(wait * 1000), remaining, now_us}
 end
-return {1, math.ceil(wait * 1000), remaining}
+return {1, math.ceil(wait * 1000), remaining, now_us}
