@@ -84,3 +84,20 @@ def test_purge_needs_yes(redis_url: str, prefix: str, letters: DeadLetterQueue) 
     ok, _ = run(redis_url, prefix, "purge", "--yes")
     assert ok == 0
     assert len(letters) == 0
+
+
+def test_expire_applies_retention_and_reports(
+    redis_url: str, prefix: str, letters: DeadLetterQueue
+) -> None:
+    """Retention is explicit: old records go, the count is said, young ones stay."""
+    letters.add(DeadLetter(key="ancient", task="t", reason="r", first_failed_at=1.0))
+
+    refused, _ = run(redis_url, prefix, "expire", "--older-than-days", "30")
+    code, out = run(redis_url, prefix, "expire", "--older-than-days", "30", "--yes")
+
+    assert refused == 1
+    assert code == 0
+    assert "expired 1" in out
+    assert letters.get("ancient") is None
+    assert len(letters) == 3
+    assert letters.stats()["expired_total"] == 1

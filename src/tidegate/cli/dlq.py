@@ -159,6 +159,27 @@ def replay(
 
 
 @dlq.command()
+@click.option(
+    "--older-than-days",
+    type=click.FloatRange(min=0, min_open=True),
+    required=True,
+    help="Remove records first failed more than this many days ago.",
+)
+@click.option("--yes", is_flag=True, help="Confirm: expired records are deleted for good.")
+@prefix_option
+@redis_url_option
+def expire(older_than_days: float, yes: bool, prefix: str, redis_url: str | None) -> None:
+    """Apply the retention: delete old records and report how many (asks for --yes)."""
+    if not yes:
+        raise TidegateCLIError("expire deletes dead letters for good; repeat with --yes")
+    with redis_client(redis_url) as client:
+        removed = DeadLetterQueue(client, prefix=prefix).expire(
+            older_than_s=older_than_days * 86400
+        )
+    click.echo(f"expired {removed} dead letter(s) older than {older_than_days:g} day(s)")
+
+
+@dlq.command()
 @click.option("--yes", is_flag=True, help="Confirm: this deletes every dead letter.")
 @prefix_option
 @redis_url_option
