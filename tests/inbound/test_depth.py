@@ -187,7 +187,8 @@ def test_rabbitmq_probe_counts_messages_and_consumers(prefix: str) -> None:
     queue = Queue(f"{prefix}.amqp", routing_key=f"{prefix}.amqp")
     missing = f"{prefix}.missing"
     held: list[Any] = []
-    with Connection(url) as conn:
+    # Publisher confirms: each publish returns once the broker has queued the message.
+    with Connection(url, transport_options={"confirm_publish": True}) as conn:
         channel = conn.channel()
         queue(channel).declare()
         publish = Producer(channel)

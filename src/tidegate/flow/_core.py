@@ -176,12 +176,13 @@ class Limit:
     def refusal(self, result: AcquireResult) -> Decision:
         """Turn a refused try-only answer into a :class:`Decision`, and log it.
 
-        At DEBUG: a caller of ``try_acquire`` polls by design and gets the decision back;
-        at INFO a polling loop would write a line per refusal.
+        Every refusal is a throttle decision and one event (the fleet-wide throttle
+        counters are built from these events); only refusals are logged, so admitted
+        calls — the hot path — pay nothing for it.
         """
         wait_s = result.wait_ms / 1000.0
         reason = result.status.name.lower()
-        log.debug(
+        log.info(
             "downstream_gate_throttled",
             downstream=self.name,
             reason=reason,
