@@ -48,8 +48,8 @@ class Settings(BaseSettings):
 
     #: Redis for gate state, parking, DLQ and quarantine. Unset: the embedded server.
     redis_url: SecretStr | None = None
-    #: Prefix of every Redis key tidegate writes.
-    key_prefix: str = Field(default="tidegate", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    #: Prefix of every Redis key tidegate writes (one fleet, one prefix).
+    prefix: str = Field(default="tidegate", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
     log_level: str = "INFO"
     #: Admit work when Redis is unreachable (``True``) or refuse it (``False``, default).
     fail_open: bool = False

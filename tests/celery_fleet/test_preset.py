@@ -55,3 +55,30 @@ def test_amqp_broker_is_not_subject_to_the_redis_check() -> None:
 def test_invalid_preset(kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError):
         CeleryPreset(**kwargs)  # type: ignore[arg-type]
+
+
+def test_runtime_takes_its_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TIDEGATE_REDIS_URL / TIDEGATE_PREFIX / TIDEGATE_FAIL_OPEN reach the worker runtime."""
+    from tidegate.integrations.celery.runtime import runtime
+
+    monkeypatch.setenv("TIDEGATE_REDIS_URL", "redis://127.0.0.1:1/3")
+    monkeypatch.setenv("TIDEGATE_PREFIX", "port-rtm")
+    monkeypatch.setenv("TIDEGATE_FAIL_OPEN", "true")
+    app = configure(Celery(broker="amqp://guest@127.0.0.1:1//"))
+
+    rt = runtime(app)
+
+    assert rt.prefix == "port-rtm"
+    assert rt.client.connection_pool.connection_kwargs["db"] == 3
+    assert rt.gate("customs").fail_open is True
+    assert rt.gate("customs").limit.keys.tat.startswith("port-rtm:gate:{customs}")
+
+
+def test_runtime_without_any_redis_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tidegate.integrations.celery.runtime import runtime
+
+    monkeypatch.delenv("TIDEGATE_REDIS_URL", raising=False)
+    with pytest.raises(ConfigurationError, match="TIDEGATE_REDIS_URL"):
+        runtime(configure(Celery(broker="amqp://guest@127.0.0.1:1//")))

@@ -2,7 +2,9 @@
 
 Built lazily in each pool process (after the fork), never shared across a fork.
 Redis comes from ``app.conf.tidegate_redis_url``, else ``TIDEGATE_REDIS_URL``, else the
-broker URL when the broker is Redis.
+broker URL when the broker is Redis; the key prefix from ``app.conf.tidegate_prefix``,
+else ``TIDEGATE_PREFIX``; ``TIDEGATE_FAIL_OPEN=true`` makes the gates admit when Redis is
+unreachable (they fail closed by default).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.load import DeadLetterQueue, DeliveryLedger, ParkingLot
+from tidegate.settings import Settings
 
 __all__ = ["Runtime", "runtime"]
 
@@ -25,9 +28,10 @@ __all__ = ["Runtime", "runtime"]
 class Runtime:
     """What a worker process needs to gate, park, dead-letter and deduplicate."""
 
-    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX, fail_open: bool = False) -> None:
         self.client = client_from_url(url)
         self.prefix = prefix
+        self.fail_open = fail_open
         self.parking = ParkingLot(self.client, prefix=prefix)
         self.dlq = DeadLetterQueue(self.client, prefix=prefix)
         self.ledger = DeliveryLedger(self.client, prefix=prefix)
@@ -39,7 +43,9 @@ class Runtime:
         """The gate of downstream ``name`` (defaults from ``TIDEGATE_<NAME>_*``)."""
         with self._lock:
             if name not in self._gates:
-                self._gates[name] = Gate(self.client, name, prefix=self.prefix)
+                self._gates[name] = Gate(
+                    self.client, name, prefix=self.prefix, fail_open=self.fail_open
+                )
             return self._gates[name]
 
     def downstream(self, name: str, base_url: str | None = None) -> DownstreamClient:
@@ -63,8 +69,10 @@ _RUNTIMES: dict[tuple[int, int], Runtime] = {}
 _LOCK = threading.Lock()
 
 
-def _redis_url(app: Celery) -> str:
-    url = app.conf.get("tidegate_redis_url") or os.environ.get("TIDEGATE_REDIS_URL")
+def _redis_url(app: Celery, settings: Settings) -> str:
+    url = app.conf.get("tidegate_redis_url") or (
+        settings.redis_url.get_secret_value() if settings.redis_url else None
+    )
     if url:
         return str(url)
     broker = str(app.conf.broker_url or "")
@@ -81,6 +89,9 @@ def runtime(app: Celery) -> Runtime:
     key = (os.getpid(), id(app))
     with _LOCK:
         if key not in _RUNTIMES:
-            prefix = str(app.conf.get("tidegate_prefix") or DEFAULT_PREFIX)
-            _RUNTIMES[key] = Runtime(_redis_url(app), prefix=prefix)
+            settings = Settings()
+            prefix = str(app.conf.get("tidegate_prefix") or settings.prefix)
+            _RUNTIMES[key] = Runtime(
+                _redis_url(app, settings), prefix=prefix, fail_open=settings.fail_open
+            )
         return _RUNTIMES[key]
