@@ -12,13 +12,9 @@
 -- Returns {until_ms, extended} as strings: the pause's end, and "1" if this call moved
 -- it later ("0" if an existing pause already lasted longer).
 
-local now
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-else
-  now = tonumber(ARGV[1])
-end
+--!include clock
+
+local now = clock(ARGV[1])
 local target = now + tonumber(ARGV[2])
 local current = tonumber(redis.call("HGET", KEYS[1], "until_ms"))
 if current and current >= target then

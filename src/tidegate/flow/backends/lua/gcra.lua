@@ -1,8 +1,6 @@
--- gcra: shared pieces included (--!include gcra) by rate_acquire.lua and gate_acquire.lua.
--- Not a script of its own: it defines two local functions and touches only the keys its
--- caller passes in.
---
--- clock(arg) -> ms since the Unix epoch: the caller's ARGV ("" = Redis TIME, the fleet clock)
+-- gcra: the GCRA decision, included (--!include gcra) by rate_acquire.lua and
+-- gate_acquire.lua. Not a script of its own: it defines local functions and touches only
+-- the key its caller passes in.
 --
 -- gcra(tat_key, now, cost, interval, burst, max_wait) -> admitted, wait_ms, remaining
 --   tat_key   string key holding the theoretical arrival time (ms since epoch)
@@ -13,13 +11,7 @@
 --             (nothing stored; wait_ms says when it would conform)
 --   remaining whole tokens left at the admission time (refused: tokens now)
 
-local function clock(arg)
-  if arg == "" then
-    local t = redis.call("TIME")
-    return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-  end
-  return tonumber(arg)
-end
+--!include clock
 
 local function gcra(tat_key, now, cost, interval, burst, max_wait)
   local tat = tonumber(redis.call("GET", tat_key)) or now

@@ -9,13 +9,9 @@
 -- Returns 1 if the lease was still held and now expires at now + lease_ms; 0 if it
 -- had already expired (the slot may be someone else's now: the caller must know).
 
-local now
-if ARGV[3] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-else
-  now = tonumber(ARGV[3])
-end
+--!include clock
+
+local now = clock(ARGV[3])
 local expiry = tonumber(redis.call("ZSCORE", KEYS[1], ARGV[1]))
 if expiry == nil or expiry < now then
   return 0
