@@ -15,7 +15,11 @@ from rich.table import Table
 
 from tidegate.redis_server import redis_url
 
-__all__ = ["demo"]
+__all__ = ["CHAOS_KINDS", "demo"]
+
+#: ``--chaos`` choices: the scenarios of :mod:`tidegate.ops.chaos` (kept literal so the
+#: CLI starts without importing Celery).
+CHAOS_KINDS = ("kill-workers", "redis-restart", "downstream-outage", "slow-downstream", "poison")
 
 
 def _live_table(sample: Any, submitted: int, limits: dict[str, float]) -> Table:
@@ -132,6 +136,13 @@ def _report_table(report: dict[str, Any]) -> Group:
 )
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option(
+    "--chaos",
+    "chaos_kind",
+    type=click.Choice(CHAOS_KINDS),
+    help="vessel: break one thing during a full-size burst and check that nothing is lost "
+    "(tidegate.ops.chaos; its own embedded Redis; --interchanges overrides the size).",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -153,11 +164,19 @@ def demo(
     vermas: int,
     bulk: int,
     seed: int,
+    chaos_kind: str | None,
     json_path: Path | None,
     plot_path: Path | None,
 ) -> None:
     """Run a demonstration on an embedded Redis (or REDIS_URL); stops all it starts."""
     console = Console()
+    if chaos_kind is not None:
+        if scenario != "vessel":
+            raise click.UsageError("--chaos applies to --scenario vessel")
+        source = click.get_current_context().get_parameter_source("interchanges")
+        given = interchanges if source is click.core.ParameterSource.COMMANDLINE else None
+        _chaos_scenario(console, chaos_kind, given, json_path)
+        return
     if scenario == "gate":
         _gate_scenario(console, json_path)
         return
@@ -321,3 +340,34 @@ def _gate_scenario(console: Console, json_path: Path | None) -> None:
     console.print(table)
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def _chaos_scenario(
+    console: Console, kind: str, interchanges: int | None, json_path: Path | None
+) -> None:
+    import dataclasses
+
+    from tidegate.ops.chaos import preset, public, run_chaos, summary_row
+
+    config = preset(kind)
+    if interchanges is not None:
+        config = dataclasses.replace(config, interchanges=interchanges)
+    limits = {"customs": config.customs_rate, "tos": config.tos_connections / config.tos_service_s}
+    console.print(
+        f"[bold]Chaos — {kind}:[/] {config.interchanges} interchanges, fault at "
+        f"t = {config.fault_at_s:g} s."
+    )
+    with Live(console=console, refresh_per_second=4) as live:
+        report, _ = run_chaos(config, on_sample=lambda s, n: live.update(_live_table(s, n, limits)))
+    table = Table(title=f"chaos: {kind}", show_header=False)
+    for key, value in summary_row(report).items():
+        table.add_row(key, str(value))
+    for check in report["chaos"]["checks"]:
+        table.add_row(
+            ("held: " if check["ok"] else "FAILED: ") + check["name"], str(check["observed"])
+        )
+    console.print(table)
+    console.print(f"worker logs in {report['log_dir']}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(public(report), indent=2) + "\n", encoding="utf-8")
+        console.print(f"report: {json_path}")

@@ -2,11 +2,14 @@
 
 Starts ``celery -A <app> worker`` subprocesses (one pool per downstream queue), waits
 until each answers a ping, samples their memory (main process + pool children), and
-stops them — SIGTERM, then SIGKILL — whatever happens to the caller.
+stops them — SIGTERM, then SIGKILL — whatever happens to the caller. The chaos
+scenarios (:mod:`tidegate.ops.chaos`) also find the main and pool processes to kill
+and restart a worker whose main process died.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -61,52 +64,95 @@ class Fleet:
 
     def start(self, *, ready_timeout_s: float = 60.0) -> Fleet:
         """Start every pool; return once all answer ``celery inspect ping``."""
-        env = {**os.environ, **self.env}
         for pool in self.pools:
-            args = [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                self.app,
-                "worker",
-                "-Q",
-                ",".join(pool.queues),
-                "-c",
-                str(pool.concurrency),
-                "--prefetch-multiplier",
-                str(pool.prefetch),
-                "-n",
-                f"{pool.name}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "-l",
-                "WARNING",
-                *pool.extra,
-            ]
-            out: IO[bytes] | int = subprocess.DEVNULL
-            if self.log_dir is not None:
-                handle = (self.log_dir / f"worker-{pool.name}.log").open("ab")
-                self._logs.append(handle)
-                out = handle
-            self.procs[pool.name] = subprocess.Popen(
-                args, env=env, stdout=out, stderr=out, start_new_session=True
-            )
+            self._spawn(pool)
         self._wait_ready(ready_timeout_s)
         return self
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def _spawn(self, pool: Pool) -> None:
+        env = {**os.environ, **self.env}
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            self.app,
+            "worker",
+            "-Q",
+            ",".join(pool.queues),
+            "-c",
+            str(pool.concurrency),
+            "--prefetch-multiplier",
+            str(pool.prefetch),
+            "-n",
+            f"{pool.name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "WARNING",
+            *pool.extra,
+        ]
+        out: IO[bytes] | int = subprocess.DEVNULL
+        if self.log_dir is not None:
+            handle = (self.log_dir / f"worker-{pool.name}.log").open("ab")
+            self._logs.append(handle)
+            out = handle
+        self.procs[pool.name] = subprocess.Popen(
+            args, env=env, stdout=out, stderr=out, start_new_session=True
+        )
+
+    def main_pids(self) -> dict[str, int]:
+        """The main process of each pool that is still running, by pool name."""
+        return {name: proc.pid for name, proc in self.procs.items() if proc.poll() is None}
+
+    def child_pids(self, name: str) -> list[int]:
+        """The pool processes (prefork children) of worker ``name``."""
+        import psutil
+
+        proc = self.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return []
+        try:
+            return [child.pid for child in psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def alive(self, name: str) -> bool:
+        """Whether worker ``name``'s main process is running."""
+        proc = self.procs.get(name)
+        return proc is not None and proc.poll() is None
+
+    def restart(self, name: str, *, ready_timeout_s: float | None = None) -> None:
+        """Start worker ``name`` again after its main process died (e.g. SIGKILL).
+
+        Whatever is left of the old process group is killed first (Celery's pool
+        children die with their parent, through ``PR_SET_PDEATHSIG``; this catches
+        anything else). With ``ready_timeout_s``, wait until the new worker answers a
+        ping; without, return at once — it joins the fleet when it is up.
+        """
+        pool = next(p for p in self.pools if p.name == name)
+        old = self.procs.get(name)
+        if old is not None:
+            if old.poll() is None:
+                raise ConfigurationError(f"worker {name} is still running (pid {old.pid})")
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(old.pid, signal.SIGKILL)
+        self._spawn(pool)
+        if ready_timeout_s is not None:
+            self._wait_ready(ready_timeout_s, names={name})
+
+    def _wait_ready(self, timeout_s: float, *, names: set[str] | None = None) -> None:
         from celery import Celery
 
         probe = Celery(
             broker=self.env.get("TIDEGATE_REDIS_URL") or os.environ["TIDEGATE_REDIS_URL"]
         )
-        wanted = {pool.name for pool in self.pools}
+        wanted = names if names is not None else {pool.name for pool in self.pools}
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
                 for name, proc in self.procs.items():
-                    if proc.poll() is not None:
+                    if name in wanted and proc.poll() is not None:
                         raise ConfigurationError(
                             f"worker {name} exited with code {proc.returncode} at start-up"
                         )
@@ -152,7 +198,8 @@ class Fleet:
         """Warm shutdown (SIGTERM), then SIGKILL the whole process group."""
         for proc in self.procs.values():
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for proc in self.procs.values():
             try:
@@ -160,6 +207,9 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            # A main process that died on its own (or was killed) may leave children.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
         for handle in self._logs:
             handle.close()
 

@@ -12,34 +12,69 @@ burst two below the gateway's bucket. The slack is for transit jitter: a call ad
 at t may reach the gateway late (a cold connection, a busy core) and land right next
 to the calls admitted after it; two spare tokens absorb 2/rate seconds of that. It
 costs nothing in sustained throughput.
+
+The demo's intake refuses a document whose envelope is larger than
+``VesselConfig.max_payload_bytes`` *before* it reaches the broker
+(:class:`PayloadTooLarge`, event ``intake_refused``) and counts it as
+``refused_at_intake``. A :class:`Disturbance` (the chaos scenarios of
+:mod:`tidegate.ops.chaos`) can plug into a run: extra worker environment, extra
+documents, a hook called every sampling period — also while Redis is away, when that
+period's sample is skipped, not the run — and a last look before the run's keys are
+deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import redis
 from celery import Celery
 
 from tidegate._redis import client_from_url
+from tidegate.errors import BackendError, TidegateError
 from tidegate.load import DeadLetterQueue, ParkingLot
+from tidegate.logging import get_logger
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
 from tidegate.sim import CustomsSim, TosSim
 
-__all__ = ["Sample", "VesselConfig", "cleanup_prefix", "queue_depths", "run_vessel_demo"]
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "Disturbance",
+    "PayloadTooLarge",
+    "RunHandles",
+    "Sample",
+    "Submission",
+    "VesselConfig",
+    "check_payload_size",
+    "cleanup_prefix",
+    "queue_depths",
+    "run_vessel_demo",
+]
+
+log = get_logger("tidegate.ops")
 
 TASK_FOR_QUEUE = {"edi.customs": "edi.customs.submit", "edi.tos": "edi.tos.push"}
+
+#: The largest envelope (compact JSON, bytes) the demo's intake publishes. One EDIFACT
+#: interchange of this burst is well under 1 KiB; a quarter of a MiB is a file sent by
+#: mistake (and the simulated downstreams refuse bodies above 1 MiB with 413 anyway).
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class VesselConfig:
-    """The knobs of the scenario (the CLI's flags)."""
+    """The knobs of the scenario (the CLI's flags).
+
+    ``tos_workers`` defaults to twice ``workers``; ``app`` is the workers' ``-A``.
+    """
 
     interchanges: int = 2000
     customs_rate: float = 10.0
@@ -50,6 +85,9 @@ class VesselConfig:
     seed: int = 7
     timeout_s: float = 900.0
     max_wait_s: float = 10.0
+    tos_workers: int | None = None
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    app: str = "tidegate.ops.vessel_app"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +104,86 @@ class Sample:
     rss_mb: float
 
 
+class PayloadTooLarge(TidegateError):
+    """A document is larger than the intake takes; it never reaches the broker."""
+
+    def __init__(self, key: str, size: int, limit: int) -> None:
+        self.key = key
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"document {key[:16]} is {size} bytes, above the intake limit of {limit} bytes: "
+            "refused before the broker (every worker that fetched a message this size would "
+            "hold it in memory); split the interchange or raise max_payload_bytes"
+        )
+
+
+def check_payload_size(envelope: Mapping[str, Any], *, limit_bytes: int) -> int:
+    """Return the envelope's size (compact JSON, bytes) or raise :class:`PayloadTooLarge`."""
+    size = len(json.dumps(dict(envelope), separators=(",", ":")).encode())
+    if size > limit_bytes:
+        raise PayloadTooLarge(str(envelope.get("key", "?")), size, limit_bytes)
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One message the run publishes: its key, queue, task argument and what it is."""
+
+    key: str
+    queue: str
+    envelope: Mapping[str, Any]
+    kind: str = "document"
+
+
 @dataclass
-class _Run:
-    config: VesselConfig
+class RunHandles:
+    """Everything a :class:`Disturbance` may look at or break during a run.
+
+    ``t0`` is the monotonic instant of the submission, ``wall_t0`` the same instant as
+    ``time.time()`` (the sims' timelines are ``time.time()`` floats).
+    """
+
     url: str
-    log_dir: Path | None
-    samples: list[Sample] = field(default_factory=list)
+    prefix: str
+    client: redis.Redis
+    fleet: Fleet
+    customs: CustomsSim
+    tos: TosSim
+    config: VesselConfig
+    submissions: list[Submission] = field(default_factory=list)
+    refused: list[Submission] = field(default_factory=list)
+    t0: float = 0.0
+    wall_t0: float = 0.0
+    samples_skipped: int = 0
+
+
+class Disturbance(Protocol):
+    """What a chaos scenario plugs into :func:`run_vessel_demo`."""
+
+    def worker_env(self) -> Mapping[str, str]:
+        """Environment added to (and overriding) the workers'."""
+        ...
+
+    def documents(self, burst: list[Submission]) -> list[Submission]:
+        """The submissions of the run, given the burst (e.g. with poison mixed in)."""
+        ...
+
+    def started(self, run: RunHandles) -> None:
+        """The sims and the fleet are up; nothing is submitted yet."""
+        ...
+
+    def tick(self, run: RunHandles, t: float) -> None:
+        """Called every sampling period, ``t`` s after submission, Redis up or not."""
+        ...
+
+    def busy(self, t: float) -> bool:
+        """Whether faults are still to come or in progress (the run cannot settle)."""
+        ...
+
+    def collect(self, run: RunHandles) -> dict[str, Any]:
+        """A last look (Redis up) before the run's keys are deleted; goes in the report."""
+        ...
 
 
 def queue_depths(client: Any, queues: list[str]) -> dict[str, int]:
@@ -114,6 +226,99 @@ def _sims(config: VesselConfig) -> Iterator[tuple[CustomsSim, TosSim]]:
         yield customs, tos
 
 
+def _take_sample(
+    run: RunHandles, queues: list[str], parking: ParkingLot, dlq: DeadLetterQueue
+) -> Sample:
+    c_stats, t_stats = run.customs.stats(timeline=False), run.tos.stats(timeline=False)
+    depth = queue_depths(run.client, queues)
+    return Sample(
+        t=round(time.monotonic() - run.t0, 3),
+        depth=depth,
+        accepted={"customs": c_stats["distinct_keys"], "tos": t_stats["distinct_keys"]},
+        responses_429=c_stats["responses_429"] + t_stats["responses_429"],
+        responses_503=c_stats["responses_503"] + t_stats["responses_503"],
+        parked=parking.depth(),
+        dead_lettered=len(dlq),
+        rss_mb=round(sum(run.fleet.rss_mb().values()), 1),
+    )
+
+
+def _submit(run: RunHandles, producer: Celery, limit_bytes: int) -> None:
+    """The intake: refuse what is too large, publish the rest."""
+    with producer.connection_for_write() as conn:
+        for item in run.submissions:
+            try:
+                check_payload_size(item.envelope, limit_bytes=limit_bytes)
+            except PayloadTooLarge as exc:
+                log.warning(
+                    "intake_refused",
+                    key=exc.key,
+                    reason="payload_too_large",
+                    size_bytes=exc.size,
+                    limit_bytes=exc.limit,
+                )
+                run.refused.append(item)
+                continue
+            producer.send_task(
+                TASK_FOR_QUEUE[item.queue],
+                args=[dict(item.envelope)],
+                queue=item.queue,
+                connection=conn,
+            )
+
+
+def _worker_env(
+    url: str, prefix: str, customs: CustomsSim, tos: TosSim, config: VesselConfig
+) -> dict[str, str]:
+    return {
+        "TIDEGATE_REDIS_URL": url,
+        "TIDEGATE_PREFIX": prefix,
+        "TIDEGATE_CUSTOMS_URL": customs.url,
+        "TIDEGATE_TOS_URL": tos.url,
+        "TIDEGATE_CUSTOMS_RATE": repr(config.customs_rate),
+        "TIDEGATE_CUSTOMS_BURST": str(max(1, config.customs_burst - 2)),
+        "TIDEGATE_TOS_RATE": "1000",
+        "TIDEGATE_TOS_BURST": "100",
+        "TIDEGATE_TOS_CONCURRENCY": str(config.tos_connections),
+        "TIDEGATE_MAX_WAIT_S": repr(config.max_wait_s),
+    }
+
+
+def _sample_until_settled(
+    run: RunHandles,
+    disturbance: Disturbance | None,
+    on_sample: Callable[[Sample, int], None] | None,
+    interval_s: float,
+) -> list[Sample]:
+    """Sample every ``interval_s`` until everything published has settled (or timeout)."""
+    queues = list(TASK_FOR_QUEUE)
+    parking = ParkingLot(run.client, prefix=run.prefix)
+    dlq = DeadLetterQueue(run.client, prefix=run.prefix)
+    expected = len(run.submissions) - len(run.refused)
+    deadline = run.t0 + run.config.timeout_s
+    samples: list[Sample] = []
+    while True:
+        if disturbance is not None:
+            disturbance.tick(run, time.monotonic() - run.t0)
+        try:
+            sample = _take_sample(run, queues, parking, dlq)
+        except (redis.exceptions.RedisError, BackendError, OSError):
+            # Redis is away (a restart, a failover): no sample this period, the run goes on.
+            run.samples_skipped += 1
+        else:
+            samples.append(sample)
+            if on_sample is not None:
+                on_sample(sample, len(run.submissions))
+            settled = sum(sample.accepted.values()) + sample.dead_lettered
+            idle = sample.parked == 0 and not any(sample.depth.values())
+            quiet = disturbance is None or not disturbance.busy(sample.t)
+            if settled >= expected and idle and quiet:
+                return samples
+        if time.monotonic() > deadline:
+            return samples
+        time.sleep(interval_s)
+
+
 def run_vessel_demo(
     url: str,
     config: VesselConfig,
@@ -121,6 +326,7 @@ def run_vessel_demo(
     on_sample: Callable[[Sample, int], None] | None = None,
     log_dir: Path | None = None,
     interval_s: float = 0.5,
+    disturbance: Disturbance | None = None,
 ) -> tuple[dict[str, Any], list[Sample]]:
     """Run the scenario against Redis at ``url``; return (report, samples).
 
@@ -130,90 +336,59 @@ def run_vessel_demo(
         on_sample: called with each sample and the number submitted (live view).
         log_dir: worker logs go here (JSON decision events).
         interval_s: sampling period.
+        disturbance: a chaos scenario plugged into the run (:class:`Disturbance`);
+            what it collects is the report's ``chaos`` entry.
     """
     prefix = f"tidegate-demo-{uuid.uuid4().hex[:8]}"
     client = client_from_url(url)
-    parking = ParkingLot(client, prefix=prefix)
-    dlq = DeadLetterQueue(client, prefix=prefix)
-    queues = list(TASK_FOR_QUEUE)
-    samples: list[Sample] = []
     docs = list(vessel_burst(config.interchanges, seed=config.seed))
+    submissions = [Submission(d.key, d.queue, d.envelope()) for d in docs]
+    if disturbance is not None:
+        submissions = disturbance.documents(submissions)
+    chaos: dict[str, Any] = {}
     with _sims(config) as (customs, tos):
-        env = {
-            "TIDEGATE_REDIS_URL": url,
-            "TIDEGATE_PREFIX": prefix,
-            "TIDEGATE_CUSTOMS_URL": customs.url,
-            "TIDEGATE_TOS_URL": tos.url,
-            "TIDEGATE_CUSTOMS_RATE": repr(config.customs_rate),
-            "TIDEGATE_CUSTOMS_BURST": str(max(1, config.customs_burst - 2)),
-            "TIDEGATE_TOS_RATE": "1000",
-            "TIDEGATE_TOS_BURST": "100",
-            "TIDEGATE_TOS_CONCURRENCY": str(config.tos_connections),
-            "TIDEGATE_MAX_WAIT_S": repr(config.max_wait_s),
-        }
+        env = _worker_env(url, prefix, customs, tos, config)
+        if disturbance is not None:
+            env.update(disturbance.worker_env())
         pools = [
             Pool("customs", ["edi.customs"], concurrency=config.workers),
-            Pool("tos", ["edi.tos"], concurrency=config.workers * 2),
+            Pool("tos", ["edi.tos"], concurrency=config.tos_workers or config.workers * 2),
         ]
-        fleet = Fleet("tidegate.ops.vessel_app", pools, env=env, log_dir=log_dir)
+        fleet = Fleet(config.app, pools, env=env, log_dir=log_dir)
         producer = Celery(broker=url)
-        peak_rss = 0.0
+        run = RunHandles(url, prefix, client, fleet, customs, tos, config, submissions)
         try:
             fleet.start()
-            start = time.monotonic()
-            submit_started = time.time()
-            with producer.connection_for_write() as conn:
-                for doc in docs:
-                    producer.send_task(
-                        TASK_FOR_QUEUE[doc.queue],
-                        args=[doc.envelope()],
-                        queue=doc.queue,
-                        connection=conn,
-                    )
-            submit_s = time.time() - submit_started
-            deadline = start + config.timeout_s
-            while True:
-                c_stats, t_stats = customs.stats(timeline=False), tos.stats(timeline=False)
-                depth = queue_depths(client, queues)
-                rss = sum(fleet.rss_mb().values())
-                peak_rss = max(peak_rss, rss)
-                sample = Sample(
-                    t=round(time.monotonic() - start, 3),
-                    depth=depth,
-                    accepted={"customs": c_stats["distinct_keys"], "tos": t_stats["distinct_keys"]},
-                    responses_429=c_stats["responses_429"] + t_stats["responses_429"],
-                    responses_503=c_stats["responses_503"] + t_stats["responses_503"],
-                    parked=parking.depth(),
-                    dead_lettered=len(dlq),
-                    rss_mb=round(rss, 1),
-                )
-                samples.append(sample)
-                if on_sample is not None:
-                    on_sample(sample, len(docs))
-                settled = sum(sample.accepted.values()) + sample.dead_lettered
-                idle = sample.parked == 0 and not any(depth.values())
-                if (settled >= len(docs) and idle) or time.monotonic() > deadline:
-                    break
-                time.sleep(interval_s)
+            if disturbance is not None:
+                disturbance.started(run)
+            run.t0, run.wall_t0 = time.monotonic(), time.time()
+            _submit(run, producer, config.max_payload_bytes)
+            submit_s = time.monotonic() - run.t0
+            samples = _sample_until_settled(run, disturbance, on_sample, interval_s)
             c_full, t_full = customs.stats(), tos.stats()
+            if disturbance is not None:
+                chaos = disturbance.collect(run)
         finally:
             fleet.stop()
             producer.close()
     delivered = c_full["distinct_keys"] + t_full["distinct_keys"]
-    dead = len(dlq)
+    dead = len(DeadLetterQueue(client, prefix=prefix))
+    refused = len(run.refused)
     pending = samples[-1].parked + sum(samples[-1].depth.values()) if samples else 0
     report = {
         "scenario": "vessel",
-        "submitted": len(docs),
+        "submitted": len(submissions),
         "submit_s": round(submit_s, 3),
         "delivered": delivered,
         "dead_lettered": dead,
         "quarantined": 0,
+        "refused_at_intake": refused,
         "pending": pending,
-        "lost": len(docs) - delivered - dead - pending,
+        "lost": len(submissions) - delivered - dead - refused - pending,
         "duplicates": c_full["duplicates"] + t_full["duplicates"],
-        "peak_worker_rss_mb": round(peak_rss, 1),
+        "peak_worker_rss_mb": max((s.rss_mb for s in samples), default=0.0),
         "elapsed_s": samples[-1].t if samples else 0.0,
+        "samples_skipped": run.samples_skipped,
         "by_class": _count(d.document_class for d in docs),
         "downstreams": {
             "customs": _downstream_report(c_full, config.customs_rate),
@@ -221,10 +396,12 @@ def run_vessel_demo(
         },
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
     }
+    if disturbance is not None:
+        report["chaos"] = chaos
     report["_timelines"] = {
         "customs": c_full.get("accept_timeline", []),
         "tos": t_full.get("accept_timeline", []),
-        "t0": time.time() - (time.monotonic() - start),
+        "t0": run.wall_t0,
     }
     cleanup_prefix(client, prefix)
     return report, samples

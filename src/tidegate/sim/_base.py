@@ -14,7 +14,8 @@ on 127.0.0.1. It serves one *write path* (``POST`` with a JSON body and an
     DELETE /fault    clear the fault
 
 A write goes through, in order: an active outage (503), an active fault, validation
-(415 not JSON, 400 invalid JSON or missing ``Idempotency-Key``), then the sim's own
+(415 not JSON, 400 invalid JSON or missing ``Idempotency-Key``, 400 with the code of an
+optional document check — :meth:`SimServer.set_document_check`), then the sim's own
 admission policy (:meth:`SimServer._admit`: token bucket, connection cap, latency).
 Only an accepted write is recorded, with its key, at the instant it was admitted — so
 a write whose response the client never saw (a timeout) still counts, which is exactly
@@ -51,6 +52,7 @@ __all__ = [
     "HUGE_RETRY_AFTER_S",
     "OUTAGE_MODES",
     "Clock",
+    "DocumentCheck",
     "FaultMode",
     "OutageMode",
     "SimServer",
@@ -61,6 +63,8 @@ __all__ = [
 log = get_logger("tidegate.sim")
 
 Clock: TypeAlias = Callable[[], float]
+#: Validates a write's parsed JSON body: ``None`` to accept it, or the error code of a 400.
+DocumentCheck: TypeAlias = Callable[[Any], "str | None"]
 
 #: How a sim misbehaves on purpose, to test a client against a downstream that lies.
 #: ``200_not_json`` applies to writes that pass admission: they are accepted and
@@ -191,6 +195,7 @@ class SimServer(ABC):
         self._admitted_in_flight = 0
         self._fault: _Fault | None = None
         self._rejected: frozenset[str] = frozenset()
+        self._document_check: DocumentCheck | None = None
         self._outage: _Outage | None = None
         self._server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -380,6 +385,19 @@ class SimServer(ABC):
             self._rejected = frozenset(keys)
         log.info("sim_reject_keys", kind=self.kind, keys=len(self._rejected))
 
+    def set_document_check(self, check: DocumentCheck | None) -> None:
+        """Validate every write's JSON body with ``check``, as a real gateway would.
+
+        ``check(body)`` returns ``None`` for a document the downstream takes, or a
+        snake_case code (``"truncated_message"``, ``"not_edifact"``…) for one it
+        refuses: the write is answered ``400 {"error": <code>}`` and never recorded.
+        It runs in the handler thread, outside the sim lock, before admission (a
+        refused document costs no token). ``None`` removes the check; :meth:`reset`
+        leaves it in place (it is part of what the downstream is, not of its state).
+        """
+        self._document_check = check
+        log.info("sim_document_check", kind=self.kind, enabled=check is not None)
+
     def set_outage(
         self, seconds: float | None, *, mode: OutageMode = "503", retry_after: bool = False
     ) -> None:
@@ -458,6 +476,11 @@ class SimServer(ABC):
 
     def _handle_write(self, content_type: str, key: str | None, body: bytes) -> Reply:
         problem = _validate_write(content_type, key, body)
+        check = self._document_check
+        if problem is None and check is not None:
+            code = check(json.loads(body))
+            if code is not None:
+                problem = json_reply(400, {"error": code})
         with self._lock:
             self._in_flight += 1
             self._recorder.arrived(self._in_flight)

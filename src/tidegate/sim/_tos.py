@@ -13,9 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 from tidegate.errors import ConfigurationError
+from tidegate.logging import get_logger
 from tidegate.sim._base import DEFAULT_HOST, Clock, SimServer, Verdict, check_positive
 
 __all__ = ["TosSim"]
+
+log = get_logger("tidegate.sim")
 
 
 class TosSim(SimServer):
@@ -60,6 +63,17 @@ class TosSim(SimServer):
         self.max_connections = max_connections
         self.service_s = check_positive("service_s", service_s, allow_zero=True)
         self.retry_after_s = retry_after_s
+
+    def set_service_s(self, service_s: float) -> None:
+        """Change the service time of the writes admitted from now on (>= 0, seconds).
+
+        A slow TOS (a batch job, a failover) without a restart: ``set_service_s(20 *
+        tos.service_s)`` multiplies its latency; writes already in service keep theirs.
+        """
+        check_positive("service_s", service_s, allow_zero=True)
+        with self._lock:
+            previous, self.service_s = self.service_s, service_s
+        log.warning("sim_service_time_set", kind=self.kind, service_s=service_s, previous=previous)
 
     def _admit(self, now: float) -> Verdict:
         if self._admitted_in_flight >= self.max_connections:

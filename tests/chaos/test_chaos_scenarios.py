@@ -1,0 +1,178 @@
+"""The fault scenarios of issue 7, trimmed, with real processes.
+
+Each test runs one :func:`tidegate.ops.chaos.run_chaos` scenario — its own embedded
+Redis, real Celery worker processes, simulated customs and TOS — and asserts on what
+the run measured: the shared invariant (every document delivered, dead-lettered,
+quarantined, refused at intake or reported pending; each idempotency key accepted
+once) and the scenario's own claims. Nothing sleeps to make a test pass: each run
+ends when the system has settled (or its timeout says it did not).
+
+One exception to "accepted once", stated where it applies: a fault *between* the
+downstream's acceptance and the delivery-ledger mark (a SIGKILL, Redis dying) makes the
+redelivered message call again. The idempotency key makes that call harmless; the
+tests require that every such repeat lies inside such a window (``duplicates_*``
+checks) and the report counts them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidegate.ops.chaos import POISON_KINDS, preset, run_chaos
+
+pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
+
+
+def _run(kind: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    report, _ = run_chaos(preset(kind, "test"))
+    checks = {c["name"]: c for c in report["chaos"]["checks"]}
+    return report, checks
+
+
+def _failed(checks: dict[str, dict[str, Any]], *, allowed: frozenset[str] = frozenset()) -> list:
+    return [c for name, c in checks.items() if not c["ok"] and name not in allowed]
+
+
+def _assert_invariant(report: dict[str, Any]) -> None:
+    accounted = (
+        report["delivered"]
+        + report["dead_lettered"]
+        + report["quarantined"]
+        + report["refused_at_intake"]
+        + report["pending"]
+    )
+    assert accounted == report["submitted"]
+    assert report["lost"] == 0
+    assert report["pending"] == 0
+    assert report["chaos"]["unaccounted_keys"] == []
+
+
+def test_kill_workers(redis_binary: str) -> None:
+    """SIGKILL pool children and worker main processes through the burst.
+
+    Children: ``reject_on_worker_lost`` requeues their message at once. Mains: their
+    message waits in ``unacked`` for the visibility timeout (20 s here), then the next
+    sweep requeues it; the harness restarts the main. A killed lease holder's TOS slot
+    expires; the TOS never sees more than its 4 connections.
+    """
+    report, checks = _run("kill-workers")
+    chaos = report["chaos"]
+
+    _assert_invariant(report)
+    assert _failed(checks, allowed=frozenset({"one_call_per_key"})) == []
+    assert chaos["kills_by_role"]["main"] >= 1
+    assert chaos["kills_by_role"]["child"] >= 1
+    assert report["dead_lettered"] == 0
+    assert chaos["tos_max_concurrent_seen"] <= 4
+    # Every repeat call is a kill inside the accept → ledger-mark window.
+    assert chaos["duplicates_explained"] == report["duplicates"]
+    # A killed main's message waited the visibility timeout, not an hour.
+    assert chaos["max_unacked_age_s"] <= 20 + 1 + 3
+
+
+def test_redis_restart(redis_binary: str) -> None:
+    """Redis (AOF everysec) SIGKILLed mid-burst, down 4 s, started on the same port/dir.
+
+    Workers, movers and the demo's sampling reconnect on their own; while Redis is away
+    the gate fails closed: not one downstream request after a 1 s grace for calls
+    already admitted. Customs is in a maintenance pause across the outage, so its
+    documents are parked in Redis when it dies: they come back from the AOF, the movers
+    republish them and the gate paces the whole backlog — never above rate + burst.
+    """
+    report, checks = _run("redis-restart")
+    chaos = report["chaos"]
+
+    _assert_invariant(report)
+    assert _failed(checks, allowed=frozenset({"one_call_per_key"})) == []
+    assert chaos["requests_while_down"] == {"customs": 0, "tos": 0}
+    assert report["downstreams"]["customs"]["responses_429"] == 0
+    assert report["samples_skipped"] >= 1
+    assert chaos["parked_when_redis_died"] >= 1
+    assert chaos["mover_thread_died"] == 0
+    assert chaos["duplicates_explained"] == report["duplicates"]
+
+
+def test_downstream_outage(redis_binary: str) -> None:
+    """Customs answers 503 for 5 s, then refuses connections for 5 s.
+
+    Calls during the outage stay within the gate's rate (no retry storm), no document
+    is dead-lettered by an outage this much shorter than the retry horizon, and
+    everything drains afterwards.
+    """
+    report, checks = _run("downstream-outage")
+    chaos = report["chaos"]
+
+    _assert_invariant(report)
+    assert _failed(checks) == []
+    assert report["dead_lettered"] == 0
+    assert report["duplicates"] == 0
+    assert chaos["calls_in_outage_503_seen_by_sim"] >= 1
+    assert chaos["calls_in_outage_refused"] >= 1
+    bound = checks["no_retry_storm"]["bound"]
+    assert chaos["calls_in_outage"] <= min(bound["gate"], bound["backoff"])
+
+
+def test_slow_downstream(redis_binary: str) -> None:
+    """TOS 20 × slower for 8 s with 6 TOS worker processes and 4 connections.
+
+    The concurrency leases hold the cap (never a 5th call in the TOS, no 503), no
+    message stays unacknowledged near the visibility timeout, none runs twice.
+    """
+    report, checks = _run("slow-downstream")
+    chaos = report["chaos"]
+
+    _assert_invariant(report)
+    assert _failed(checks) == []
+    assert chaos["tos_max_concurrent_seen"] <= 4
+    assert report["downstreams"]["tos"]["responses_503"] == 0
+    assert report["duplicates"] == 0
+    assert chaos["max_unacked_age_s"] < 20
+    assert chaos["tos_accepted_while_slow"] >= 1
+
+
+def test_poison(redis_binary: str) -> None:
+    """Malformed documents end in the DLQ with their reason; oversized ones never reach
+    the broker; the rest of the burst is delivered once."""
+    report, checks = _run("poison")
+    chaos = report["chaos"]
+
+    _assert_invariant(report)
+    assert _failed(checks) == []
+    by_kind: dict[str, set[tuple[str, Any]]] = {}
+    for outcome in chaos["poison"]:
+        by_kind.setdefault(outcome["kind"], set()).add((outcome["outcome"], outcome["reason"]))
+    assert by_kind == {
+        **{kind: {("dead_lettered", reason)} for kind, reason in POISON_KINDS.items()},
+        "oversized": {("refused_at_intake", None)},
+    }
+    assert report["refused_at_intake"] == 2
+    assert report["dead_lettered"] == 2 * len(POISON_KINDS)
+    assert report["duplicates"] == 0
+    assert chaos["clean_dead_lettered"] == []
+
+
+def test_cli_demo_chaos(tmp_path: Path, redis_binary: str) -> None:
+    """``tidegate demo --chaos poison`` as a user runs it, checked on its JSON report."""
+    from click.testing import CliRunner
+
+    from tidegate.cli import cli
+
+    report_path = tmp_path / "chaos.json"
+    result = CliRunner().invoke(
+        cli,
+        ["demo", "--chaos", "poison", "--interchanges", "60", "--json", str(report_path)],
+    )
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(report_path.read_text())
+    assert report["scenario"] == "chaos:poison"
+    assert report["ok"] is True
+    assert report["submitted"] == 60 + 5 * (len(POISON_KINDS) + 1)
+    assert report["refused_at_intake"] == 5
+    assert report["lost"] == 0
+    assert "_timelines" not in report
+    assert "held: accounted" in result.output
