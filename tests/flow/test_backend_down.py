@@ -54,3 +54,22 @@ def test_bad_url_scheme_is_a_configuration_error() -> None:
         client_from_url("http://user:hunter2@localhost:6379/0")
 
     assert "hunter2" not in str(info.value)
+
+
+def test_release_failure_after_the_call_is_logged_not_raised() -> None:
+    """The call succeeded; Redis vanished before the release. The lease will expire on
+    its own — raising would make a delivered unit look failed and be sent again."""
+    from tidegate.errors import BackendUnavailable as Down
+    from tidegate.flow import ConcurrencyLimiter
+    from tidegate.flow.backends import MemoryBackend
+
+    class FlakyRelease(MemoryBackend):
+        def release(self, keys, holder, *, wake_cap):  # type: ignore[no-untyped-def]
+            raise Down("Redis unreachable during lease release")
+
+    sem = ConcurrencyLimiter(FlakyRelease(), "tos", limit=1, lease_s=5)
+    with capture_logs() as logs, sem.slot(max_wait=0, auto_renew=False):
+        delivered = True
+
+    assert delivered
+    assert [e["event"] for e in logs] == ["gate_lease_release_failed"]

@@ -15,7 +15,7 @@ import redis
 import redis.asyncio
 
 from tidegate._redis import async_client_from_url, client_from_url
-from tidegate.errors import BackendUnavailable, ConfigurationError
+from tidegate.errors import BackendError, BackendUnavailable, ConfigurationError
 from tidegate.flow._core import (
     Decision,
     Limit,
@@ -75,6 +75,13 @@ def _unavailable(limit: Limit, exc: BackendUnavailable, fail_open: bool) -> Deci
         raise exc
     log.warning("downstream_gate_backend_unavailable", downstream=limit.name, policy="open")
     return Decision(True, 0.0, -1, "fail_open")
+
+
+def _log_release_failed(limit: Limit, holder: str) -> None:
+    """A release that cannot reach Redis is not the call's failure: the lease expires on
+    its own after ``lease_s``. Raising here would make a delivered unit look failed (and
+    be sent again)."""
+    log.warning("gate_lease_release_failed", downstream=limit.name, holder=holder)
 
 
 class _Control:
@@ -153,7 +160,10 @@ class SyncControl(_Control):
         try:
             yield permit
         finally:
-            permit.release()
+            try:
+                permit.release()
+            except BackendError:
+                _log_release_failed(self.limit, permit.holder)
 
 
 class AsyncControl(_Control):
@@ -208,4 +218,7 @@ class AsyncControl(_Control):
         try:
             yield permit
         finally:
-            await permit.release()
+            try:
+                await permit.release()
+            except BackendError:
+                _log_release_failed(self.limit, permit.holder)

@@ -73,6 +73,9 @@ class ParkingMover:
             except BackendError:
                 log.warning("parking_mover_backend_error")
                 due_in = None
+            except Exception as exc:  # a broker error must not end the thread silently
+                log.error("parking_mover_error", error=type(exc).__name__)
+                due_in = None
             wait = self.interval_s if due_in is None else min(self.interval_s, due_in)
             self._stop.wait(max(0.01, wait))
 
