@@ -80,17 +80,20 @@ def async_client_from_url(url: str, **kwargs: object) -> redis.asyncio.Redis:
 
 
 _INCLUDE = "--!include "
+_SHARED_LUA = "tidegate.flow.backends"
 
 
 @functools.cache
-def lua_script(name: str, package: str = "tidegate.flow.backends") -> str:
+def lua_script(name: str, package: str = _SHARED_LUA) -> str:
     """The text of ``<package>/lua/<name>.lua``, package data read once per process.
 
-    A line ``--!include other`` is replaced by ``other.lua`` from the same folder: Redis
-    Lua has no modules, and two scripts that share the GCRA maths should not each carry
-    a copy of it.
+    A line ``--!include other`` is replaced by ``other.lua`` from the same folder, or from
+    ``tidegate/flow/backends/lua`` where the shared pieces (``clock``, ``gcra``) live:
+    Redis Lua has no modules, and scripts that share code should not each carry a copy.
     """
     resource = importlib.resources.files(package).joinpath("lua", f"{name}.lua")
+    if not resource.is_file() and package != _SHARED_LUA:
+        return lua_script(name, _SHARED_LUA)  # shared pieces (clock, gcra) live in one place
     lines = resource.read_text(encoding="utf-8").splitlines(keepends=True)
     return "".join(
         lua_script(line[len(_INCLUDE) :].strip(), package) if line.startswith(_INCLUDE) else line

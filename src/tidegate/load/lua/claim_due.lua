@@ -14,13 +14,9 @@
 --
 -- Returns a flat list {id1, envelope1, id2, envelope2, …} of the claimed messages.
 
-local now
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-else
-  now = tonumber(ARGV[1])
-end
+--!include clock
+
+local now = clock(ARGV[1])
 local expired = redis.call("ZRANGEBYSCORE", KEYS[3], "-inf", string.format("%.3f", now))
 for _, id in ipairs(expired) do
   redis.call("ZREM", KEYS[3], id)

@@ -10,13 +10,9 @@
 --
 -- Returns the due time (ms since epoch) as a decimal string.
 
-local now
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-else
-  now = tonumber(ARGV[1])
-end
+--!include clock
+
+local now = clock(ARGV[1])
 local due = now + tonumber(ARGV[2])
 redis.call("HSET", KEYS[2], ARGV[3], ARGV[4])
 redis.call("ZADD", KEYS[1], string.format("%.3f", due), ARGV[3])

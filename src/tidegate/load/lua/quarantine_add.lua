@@ -18,13 +18,9 @@
 -- Returns {added, since_ms}: added "1" for a new record, "0" for a duplicate (since_ms
 -- is then the first record's time); numbers as decimal strings.
 
-local now
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-else
-  now = tonumber(ARGV[1])
-end
+--!include clock
+
+local now = clock(ARGV[1])
 if redis.call("HEXISTS", KEYS[1], ARGV[2]) == 1 then
   redis.call("HINCRBY", KEYS[5], "duplicate", 1)
   return {"0", redis.call("HGET", KEYS[2], ARGV[2]) or string.format("%.3f", now)}

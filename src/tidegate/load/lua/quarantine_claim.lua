@@ -16,13 +16,9 @@
 --
 -- Returns a flat list {key1, record1, since1, key2, …}, oldest first.
 
-local now
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-else
-  now = tonumber(ARGV[1])
-end
+--!include clock
+
+local now = clock(ARGV[1])
 local expired = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", string.format("%.3f", now))
 for _, key in ipairs(expired) do
   redis.call("ZREM", KEYS[2], key)
