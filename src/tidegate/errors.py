@@ -13,6 +13,8 @@ translated at a single boundary each and chained with ``raise ... from exc``::
     │   ├── DownstreamThrottled      (429 with Retry-After: pause the whole fleet)
     │   ├── DownstreamUnavailable    (503, refused, timed out: transient, back off)
     │   └── DownstreamRejected       (other 4xx: unrecoverable, dead-letter)
+    ├── MalformedUnit                (a queued unit lacks what its task needs)
+    ├── PayloadTooLarge              (refused at intake, before the broker)
     ├── DeadLettered                 (a unit was moved to the dead-letter queue)
     ├── LoadShed                     (a document was quarantined instead of queued)
     └── EdifactError                 (input is not EDIFACT we can read; see tidegate.edi.errors)
@@ -34,6 +36,8 @@ __all__ = [
     "DownstreamUnavailable",
     "EdifactError",
     "LoadShed",
+    "MalformedUnit",
+    "PayloadTooLarge",
     "Throttled",
     "TidegateError",
 ]
@@ -121,7 +125,47 @@ class DownstreamUnavailable(DownstreamError):
 
 
 class DownstreamRejected(DownstreamError):
-    """The downstream refused the document itself (4xx other than 429): do not retry."""
+    """The downstream refused the document itself (4xx other than 429): do not retry.
+
+    ``code`` is the downstream's machine-readable reason when it gave one (the
+    ``error``/``code`` field of a JSON answer, e.g. ``"unknown_consignee"``): it is what
+    an operator needs in the dead-letter reason to fix the document.
+    """
+
+    def __init__(
+        self, downstream: str, message: str, *, status: int | None = None, code: str | None = None
+    ) -> None:
+        self.code = code
+        super().__init__(
+            downstream, message if code is None else f"{message} {code}", status=status
+        )
+
+
+class MalformedUnit(TidegateError):
+    """A queued unit lacks what its task needs (an envelope without ``body``…).
+
+    Raised before the gate, so a broken message costs the downstream nothing; it is
+    dead-lettered at once with ``problem`` as the reason.
+    """
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(f"unit {key[:32]}: {problem}")
+
+
+class PayloadTooLarge(TidegateError):
+    """A document is larger than the intake takes; it never reaches the broker."""
+
+    def __init__(self, key: str, size: int, limit: int) -> None:
+        self.key = key
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"document {key[:16]} is {size} bytes, above the intake limit of {limit} bytes: "
+            "refused before the broker (every worker that fetched a message this size would "
+            "hold it in memory); split the interchange or raise max_payload_bytes"
+        )
 
 
 class DeadLettered(TidegateError):

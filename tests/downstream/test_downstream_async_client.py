@@ -148,3 +148,15 @@ def test_many_concurrent_sends_are_all_recorded() -> None:
         answers = asyncio.run(main(db.url))
         assert len(answers) == 50
         assert db.stats()["distinct_keys"] == 50
+
+
+def test_lookup_is_the_same_question_over_asyncio(customs: Any) -> None:
+    async def main() -> tuple[Any, Any]:
+        async with AsyncDownstreamClient("customs", customs.url) as client:
+            before = await client.lookup("/declarations", idempotency_key="b")
+            await client.send("/declarations", {"n": 1}, idempotency_key="b")
+            return before, await client.lookup("/declarations", idempotency_key="b")
+
+    before, after = asyncio.run(main())
+    assert before is None
+    assert after == {"status": "accepted", "idempotency_key": "b"}

@@ -395,3 +395,41 @@ def test_exported_names() -> None:
 def test_formatdate_helper_sanity() -> None:
     """The HTTP-date used in these tests round-trips to whole seconds."""
     assert formatdate(1_700_000_002.0, usegmt=True) == "Tue, 14 Nov 2023 22:13:22 GMT"
+
+
+def test_lookup_finds_an_accepted_key_and_not_an_unknown_one(customs: Any) -> None:
+    with DownstreamClient("customs", customs.url) as client:
+        assert client.lookup("/declarations", idempotency_key="VERMAS-9") is None
+        client.send("/declarations", {"mrn": "1"}, idempotency_key="VERMAS-9")
+        found = client.lookup("/declarations/", idempotency_key="VERMAS-9")
+    assert found == {"status": "accepted", "idempotency_key": "VERMAS-9"}
+    assert customs.accepted_keys() == ["VERMAS-9"]
+
+
+def test_lookup_of_an_unreachable_downstream_is_unavailable() -> None:
+    with (
+        DownstreamClient("tos", "http://127.0.0.1:1", timeout=0.5) as client,
+        pytest.raises(DownstreamUnavailable),
+    ):
+        client.lookup("/container-reports", idempotency_key="K")
+
+
+def test_a_rejection_carries_the_downstreams_error_code() -> None:
+    with TosSim(4, 0.0) as tos, DownstreamClient("tos", tos.url) as client:
+        tos.reject_keys(["BAD-REF"])
+        with pytest.raises(DownstreamRejected) as refused:
+            client.send("/container-reports", {"n": 1}, idempotency_key="BAD-REF")
+    assert refused.value.status == 422
+    assert refused.value.code == "unknown_reference"
+
+
+def test_a_rejection_code_that_is_not_a_token_is_dropped() -> None:
+    """A gateway echoing the document back in its error field: that never becomes a reason."""
+    body = b'{"error": "UNH+1+IFTMIN:D:96A:UN\'BGM+610+' + MARKER.encode() + b"'\"}"
+    with (
+        DownstreamClient("tos", "http://tos.test", transport=_mock(400, body)) as client,
+        pytest.raises(DownstreamRejected) as refused,
+    ):
+        client.send("/x", {}, idempotency_key="k")
+    assert refused.value.code is None
+    assert MARKER not in str(refused.value)

@@ -390,3 +390,22 @@ def test_rejected_keys_get_422_until_cleared() -> None:
 
         assert (refused.status_code, other.status_code, later.status_code) == (422, 200, 200)
         assert tos.stats(timeline=False)["distinct_keys"] == 2
+
+
+def test_a_lookup_answers_whether_a_key_was_accepted(db: Any) -> None:
+    """GET <path>/<key>: 200 once a write with that key was accepted, 404 before."""
+    url = f"{db.endpoint}/{'VERMAS 1/2'.replace(' ', '%20').replace('/', '%2F')}"
+    assert httpx.get(url).status_code == 404
+    httpx.post(db.endpoint, json={"n": 1}, headers={"Idempotency-Key": "VERMAS 1/2"})
+    found = httpx.get(url)
+    assert found.status_code == 200
+    assert found.json() == {"status": "accepted", "idempotency_key": "VERMAS 1/2"}
+    stats = db.stats(timeline=False)
+    assert stats["lookups"] == 2
+    assert stats["accepted"] == 1
+    assert stats["requests"] == 1
+
+
+def test_a_lookup_during_an_outage_is_503(db: Any) -> None:
+    db.set_outage(None, mode="503")
+    assert httpx.get(f"{db.endpoint}/K-1").status_code == 503

@@ -24,10 +24,12 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self
+from urllib.parse import quote
 
 import httpx
 
@@ -37,7 +39,7 @@ from tidegate.downstream._classify import (
     classify_response,
     unavailable,
 )
-from tidegate.errors import ConfigurationError, DownstreamThrottled
+from tidegate.errors import ConfigurationError, DownstreamRejected, DownstreamThrottled
 from tidegate.logging import get_logger
 
 __all__ = [
@@ -58,6 +60,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: The ``reason`` passed to :meth:`PauseFeedback.pause` on a 429.
 PAUSE_REASON_HTTP_429 = "http_429"
 _MAX_KEY_LENGTH = 255
+#: A downstream's error code is kept only when it looks like one, never a payload echo.
+_ERROR_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 
 class PauseFeedback(Protocol):
@@ -84,6 +88,21 @@ def _check_key(idempotency_key: str) -> str:
     except UnicodeEncodeError:
         raise ConfigurationError("idempotency_key must be ASCII (it is an HTTP header)") from None
     return idempotency_key
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    """The ``error`` (or ``code``) field of a JSON refusal, when it is a short token."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    for name in ("error", "code"):
+        value = body.get(name)
+        if isinstance(value, str) and _ERROR_CODE.fullmatch(value):
+            return value
+    return None
 
 
 def _refuse_awaitable(result: object) -> None:
@@ -115,6 +134,10 @@ class _ClientCore:
         self.feedback = feedback
         self.retry_after_policy = retry_after_policy or RetryAfterPolicy()
         self._wall_clock = wall_clock
+
+    @staticmethod
+    def _lookup_path(path: str, idempotency_key: str) -> str:
+        return f"{path.rstrip('/')}/{quote(_check_key(idempotency_key), safe='')}"
 
     def _prepare(
         self, json_body: Mapping[str, Any], idempotency_key: str
@@ -213,7 +236,12 @@ class _ClientCore:
                 **fields,
             )
         else:
-            log.error("downstream_rejected", **fields)
+            code = _error_code(response)
+            log.error("downstream_rejected", code=code, **fields)
+            if code is not None and isinstance(error, DownstreamRejected):
+                raise DownstreamRejected(
+                    self.name, f"HTTP {outcome.status}", status=outcome.status, code=code
+                )
         raise error
 
     def _body(self, response: httpx.Response, fields: dict[str, Any]) -> dict[str, Any]:
@@ -295,6 +323,23 @@ class DownstreamClient(_ClientCore):
         content, headers = self._prepare(json_body, idempotency_key)
         with self._transport_errors(path, idempotency_key):
             response = self._http.post(path, content=content, headers=headers)
+        return self._answer(response, path, idempotency_key)
+
+    def lookup(self, path: str, *, idempotency_key: str) -> dict[str, Any] | None:
+        """Ask whether a write with ``idempotency_key`` was accepted: ``GET path/<key>``.
+
+        Returns the downstream's record (a JSON object) or ``None`` on 404. This is how
+        a unit whose previous attempt died between sending and recording (a SIGKILL, a
+        timeout) learns whether it still has to send. Errors as for :meth:`send`.
+        """
+        url = self._lookup_path(path, idempotency_key)
+        with self._transport_errors(path, idempotency_key):
+            response = self._http.get(url, headers={"Accept": "application/json"})
+        if response.status_code == 404:
+            return None
+        return self._answer(response, path, idempotency_key)
+
+    def _answer(self, response: httpx.Response, path: str, idempotency_key: str) -> dict[str, Any]:
         outcome = self._classify(response)
         paused, pause_error = False, None
         target = self._pause_target(outcome)
@@ -361,6 +406,20 @@ class AsyncDownstreamClient(_ClientCore):
         content, headers = self._prepare(json_body, idempotency_key)
         with self._transport_errors(path, idempotency_key):
             response = await self._http.post(path, content=content, headers=headers)
+        return await self._answer(response, path, idempotency_key)
+
+    async def lookup(self, path: str, *, idempotency_key: str) -> dict[str, Any] | None:
+        """``GET path/<key>``; see :meth:`DownstreamClient.lookup`."""
+        url = self._lookup_path(path, idempotency_key)
+        with self._transport_errors(path, idempotency_key):
+            response = await self._http.get(url, headers={"Accept": "application/json"})
+        if response.status_code == 404:
+            return None
+        return await self._answer(response, path, idempotency_key)
+
+    async def _answer(
+        self, response: httpx.Response, path: str, idempotency_key: str
+    ) -> dict[str, Any]:
         outcome = self._classify(response)
         paused, pause_error = False, None
         target = self._pause_target(outcome)

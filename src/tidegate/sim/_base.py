@@ -5,6 +5,9 @@ on 127.0.0.1. It serves one *write path* (``POST`` with a JSON body and an
 ``Idempotency-Key`` header) and a few control endpoints::
 
     POST   <path>    a write: 200 accepted, or 400/415 malformed, or 429/503 refused
+    GET    <path>/<key>
+                     a status lookup: 200 when a write with that idempotency key was
+                     accepted, 404 when not (503 during an outage)
     GET    /stats    the counters (see :meth:`SimServer.stats`); ?timeline=0 to omit
                      the accept timeline
     POST   /reset    clear counters, admission state, faults and 503 outages
@@ -297,6 +300,7 @@ class SimServer(ABC):
 
         Keys: ``kind``, ``url``, ``path``, ``accepted``, ``distinct_keys``,
         ``duplicates`` (accepted − distinct_keys), ``requests`` (writes received),
+        ``lookups`` (status lookups answered),
         ``responses`` (status → count), ``responses_429``, ``responses_503``,
         ``responses_4xx`` (4xx other than 429), ``max_concurrent_seen`` (writes in the
         server at once, refused ones included), ``in_flight``, ``first_accept_ts``,
@@ -530,6 +534,22 @@ class SimServer(ABC):
             return Reply(200, html, "text/html", headers), verdict.service_s, True
         body = {"status": "accepted", "idempotency_key": key, "duplicate": duplicate}
         return json_reply(200, {**body, **verdict.extra}, headers), verdict.service_s, True
+
+    def _handle_lookup(self, key: str) -> Reply:
+        """Answer ``GET <path>/<key>``: was a write with this key ever accepted?
+
+        A real gateway answers this from its own records (a customs single window
+        looks a declaration up by its reference); it is how a sender that crashed
+        between sending and recording learns whether to send again. Lookups are not
+        writes: they take no admission token and never count as an accept.
+        """
+        with self._lock:
+            if self._active_outage(self._clock()) is not None:
+                return json_reply(503, {"error": "outage"}, self._extra_headers())
+            found = self._recorder.lookup(key)
+        if found:
+            return json_reply(200, {"status": "accepted", "idempotency_key": key})
+        return json_reply(404, {"error": "unknown_idempotency_key"})
 
     def _handle_stray(self) -> Reply:
         with self._lock:

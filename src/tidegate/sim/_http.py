@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from tidegate.logging import get_logger
 
@@ -122,6 +122,9 @@ class SimRequestHandler(BaseHTTPRequestHandler):
         if url.path == "/stats":
             timeline = "timeline=0" not in url.query.split("&")
             self._send(json_reply(200, self.server.sim.stats(timeline=timeline)))
+        elif url.path.startswith(self.server.sim.path + "/"):
+            key = unquote(url.path[len(self.server.sim.path) + 1 :])
+            self._send(self.server.sim._handle_lookup(key))
         else:
             self._send(json_reply(404, {"error": "not_found"}))
 

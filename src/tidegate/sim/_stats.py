@@ -84,6 +84,7 @@ class StatsRecorder:
         "_accept_times",
         "_answers",
         "_keys",
+        "_lookups",
         "_max_concurrent",
         "_requests",
         "_responses",
@@ -98,6 +99,7 @@ class StatsRecorder:
         self._responses: Counter[int] = Counter()
         self._max_concurrent = 0
         self._requests = 0
+        self._lookups = 0
 
     def reset(self, *, in_flight: int = 0) -> None:
         """Forget everything; requests still in flight keep counting as concurrent."""
@@ -108,6 +110,7 @@ class StatsRecorder:
         self._responses.clear()
         self._max_concurrent = in_flight
         self._requests = 0
+        self._lookups = 0
 
     def arrived(self, in_flight: int) -> None:
         """A write request arrived; ``in_flight`` includes it."""
@@ -128,6 +131,11 @@ class StatsRecorder:
         self._accept_times.append(now)
         return duplicate
 
+    def lookup(self, key: str) -> bool:
+        """Count a status lookup; return whether ``key`` was ever accepted."""
+        self._lookups += 1
+        return key in self._seen
+
     def accepted_keys(self) -> list[str]:
         """Every accepted key in accept order, a duplicate once per acceptance."""
         return list(self._keys)
@@ -145,6 +153,7 @@ class StatsRecorder:
             "distinct_keys": len(self._seen),
             "duplicates": len(self._keys) - len(self._seen),
             "requests": self._requests,
+            "lookups": self._lookups,
             "responses": {str(status): n for status, n in sorted(self._responses.items())},
             "responses_429": self._responses[429],
             "responses_503": self._responses[503],
