@@ -13,15 +13,25 @@ from tidegate.errors import (
     DownstreamRejected,
     DownstreamThrottled,
     DownstreamUnavailable,
+    MalformedUnit,
     Throttled,
 )
 
-POLICY = RetryPolicy(max_attempts=3, backoff_base_s=1.0, backoff_cap_s=8.0, max_throttle_loops=2)
+POLICY = RetryPolicy(
+    max_attempts=3, min_horizon_s=0, backoff_base_s=1.0, backoff_cap_s=8.0, max_throttle_loops=2
+)
 
 
-def verdict(exc: BaseException, attempt: int = 0, throttles: int = 0):  # type: ignore[no-untyped-def]
+def verdict(  # type: ignore[no-untyped-def]
+    exc: BaseException, attempt: int = 0, throttles: int = 0, *, policy=POLICY, failing_for_s=0.0
+):
     return verdict_for(
-        exc, attempt=attempt, throttles=throttles, policy=POLICY, rng=random.Random(1)
+        exc,
+        attempt=attempt,
+        throttles=throttles,
+        policy=policy,
+        failing_for_s=failing_for_s,
+        rng=random.Random(1),
     )
 
 
@@ -56,10 +66,42 @@ def test_unavailable_backs_off_then_dead_letters_when_exhausted() -> None:
     assert last.reason == "retries exhausted after 3 attempts (DownstreamUnavailable)"
 
 
+def test_an_outage_shorter_than_the_horizon_never_dead_letters() -> None:
+    """Attempts run out early (jitter drew short delays); the horizon keeps the unit."""
+    policy = RetryPolicy(max_attempts=3, min_horizon_s=600, backoff_base_s=1.0, backoff_cap_s=8)
+    exc = DownstreamUnavailable("customs", "503", status=503)
+    for attempt, failing_for in ((2, 0.0), (2, 599.9), (9, 300.0), (50, 599.0)):
+        v = verdict(exc, attempt, policy=policy, failing_for_s=failing_for)
+        assert (v.action, v.attempt) == (Action.PARK, attempt + 1)
+        assert 0 <= v.delay_s <= 8.0  # still backing off, capped
+    late = verdict(exc, 2, policy=policy, failing_for_s=600.0)
+    assert late.action is Action.DEAD_LETTER
+    assert late.reason == "retries exhausted after 3 attempts (DownstreamUnavailable)"
+    # Time alone does not dead-letter either: the attempts must also be spent.
+    assert verdict(exc, 0, policy=policy, failing_for_s=10_000).action is Action.PARK
+
+
+def test_the_default_policy_outlasts_a_ten_minute_outage() -> None:
+    assert RetryPolicy().min_horizon_s >= 600
+
+
 def test_rejection_dead_letters_at_once() -> None:
     v = verdict(DownstreamRejected("tos", "HTTP 422", status=422))
     assert v.action is Action.DEAD_LETTER
     assert v.reason == "downstream rejected the document (HTTP 422)"
+
+
+def test_rejection_reason_carries_the_downstreams_code() -> None:
+    exc = DownstreamRejected("customs", "HTTP 400", status=400, code="truncated_message")
+    assert str(exc) == "customs: HTTP 400 truncated_message"
+    v = verdict(exc)
+    assert v.reason == "downstream rejected the document (HTTP 400 truncated_message)"
+
+
+def test_a_malformed_unit_dead_letters_with_its_problem() -> None:
+    v = verdict(MalformedUnit("K-1", "envelope lacks 'body'"), attempt=0)
+    assert (v.action, v.attempt) == (Action.DEAD_LETTER, 1)
+    assert v.reason == "malformed unit: envelope lacks 'body'"
 
 
 def test_redis_down_requeues_instead_of_losing() -> None:
@@ -73,6 +115,16 @@ def test_a_bug_is_dead_lettered_not_retried_forever() -> None:
     assert v.reason == "unexpected error (KeyError)"
 
 
-def test_invalid_policy() -> None:
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_attempts": 0},
+        {"min_horizon_s": -1},
+        {"min_horizon_s": float("nan")},
+        {"min_horizon_s": float("inf")},
+        {"max_throttle_loops": -1},
+    ],
+)
+def test_invalid_policy(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigurationError):
-        RetryPolicy(max_attempts=0)
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]

@@ -63,7 +63,9 @@ def test_poisoned_manifest_completes_then_replays_to_exactly_once(fleet: Any) ->
     )
     letters = list(fleet.dlq.iter())
     assert {letter.bl_number for letter in letters} == poison
-    assert {letter.reason for letter in letters} == {"downstream rejected the document (HTTP 422)"}
+    assert {letter.reason for letter in letters} == {
+        "downstream rejected the document (HTTP 422 unknown_reference)"
+    }
     assert {letter.batch_id for letter in letters} == {"b-poison"}
 
     again = fleet.producer.send_task(

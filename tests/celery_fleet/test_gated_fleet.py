@@ -88,7 +88,9 @@ def test_rejected_documents_are_dead_lettered_with_the_reason(fleet: Any) -> Non
     letters = list(fleet.dlq.iter())
     stats = fleet.tos.stats(timeline=False)
     assert len(letters) == 2
-    assert {letter.reason for letter in letters} == {"downstream rejected the document (HTTP 422)"}
+    assert {letter.reason for letter in letters} == {
+        "downstream rejected the document (HTTP 422 document_rejected)"
+    }
     assert {letter.exception for letter in letters} == {"DownstreamRejected"}
     assert all(letter.task == "edi.tos.push" for letter in letters)
     assert all(letter.payload["args"][0]["key"] == letter.key for letter in letters)

@@ -155,27 +155,37 @@ def test_gateway_check_names_a_missing_edifact_body() -> None:
 
 
 def test_retry_horizon_of_the_default_policy() -> None:
-    """Seven full-jitter delays with ceilings 1, 2, 4 … 32, 60 s: mean 61.5 s, max 123 s."""
+    """Seven full-jitter delays with ceilings 1, 2, 4 … 32, 60 s sum to 0–123 s; the
+    600 s minimum horizon is what an operator can count on."""
     horizon = retry_horizon(samples=20_000)
 
     assert horizon.delays == RetryPolicy().max_attempts - 1 == 7
     assert horizon.ceilings_s == (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
-    assert horizon.mean_s == 61.5
+    assert horizon.min_horizon_s == 600.0
+    assert horizon.p01_s == horizon.max_s == horizon.mean_s == 600.0
+    # No outage shorter than the horizon can dead-letter a unit, whatever jitter drew.
+    assert horizon_shorter_than(60.0, samples=20_000) == 0.0
+    assert horizon_shorter_than(599.0, samples=20_000) == 0.0
+    assert horizon_shorter_than(601.0, samples=20_000) == 1.0
+
+
+def test_without_a_minimum_the_jitter_alone_sets_the_horizon() -> None:
+    """The reason the minimum exists: full jitter gives no floor."""
+    policy = RetryPolicy(min_horizon_s=0)
+    horizon = retry_horizon(policy, samples=20_000)
     assert horizon.max_s == 123.0
-    assert 55 < horizon.p50_s < 68
+    assert 60 < horizon.mean_s < 63
     assert horizon.p01_s < horizon.p05_s < horizon.p50_s < horizon.p95_s < horizon.max_s
-    # Full jitter gives no floor: a 60 s outage dead-letters a unit retrying back to
-    # back about half the time, a 10 s one almost never.
-    assert 0.4 < horizon_shorter_than(60.0, samples=20_000) < 0.55
-    assert horizon_shorter_than(10.0, samples=20_000) < 0.005
-    assert horizon_shorter_than(123.0, samples=20_000) == 1.0
+    # A 60 s outage would dead-letter a unit retrying back to back about half the time.
+    assert 0.4 < horizon_shorter_than(60.0, policy, samples=20_000) < 0.55
 
 
 def test_retry_horizon_follows_the_policy() -> None:
-    policy = RetryPolicy(max_attempts=3, backoff_base_s=2.0, backoff_cap_s=3.0)
+    policy = RetryPolicy(max_attempts=3, min_horizon_s=4.0, backoff_base_s=2.0, backoff_cap_s=3.0)
     horizon = retry_horizon(policy, samples=1000)
     assert horizon.ceilings_s == (2.0, 3.0)
     assert horizon.max_s == 5.0
+    assert horizon.p01_s == 4.0
 
 
 # -- configuration and the workers' app ----------------------------------------------

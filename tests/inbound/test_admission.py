@@ -15,7 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tidegate.edi.classify import DocumentClass
-from tidegate.errors import LoadShed
+from tidegate.errors import ConfigurationError, LoadShed, PayloadTooLarge
 from tidegate.load.admission import Admission, CelerySender, Inbound, Outcome
 from tidegate.load.depth import QueueDepth, RedisDepthProbe
 from tidegate.load.quarantine import Quarantine
@@ -253,3 +253,31 @@ def test_replay_goes_through_the_intake(
     assert {m["headers"]["task"] for m in messages} == {"bulk.documents.store"}
     assert len(admission.quarantine) == 1
     assert admission.quarantine.stats()["replayed_total"] == {"BULK_BL_PDF": 2}
+
+
+def test_an_oversized_document_is_refused_before_the_broker(
+    ctx: Any, make: Callable[..., Admission]
+) -> None:
+    """A typed error for the producer to answer its sender; nothing queued or stored."""
+    admission = make(max_payload_bytes=2048)
+    big = Inbound("VERMAS-BIG", ctx.classes["VERMAS"], {"key": "VERMAS-BIG", "body": "X" * 4096})
+    with capture_logs() as logs, pytest.raises(PayloadTooLarge) as refused:
+        admission.submit(big)
+    assert (refused.value.key, refused.value.limit) == ("VERMAS-BIG", 2048)
+    assert refused.value.size > 4096
+    assert ctx.client.llen(ctx.queues["customs"]) == 0
+    assert len(Quarantine(ctx.client, prefix=ctx.prefix)) == 0
+    (event,) = [e for e in logs if e["event"] == "intake_refused"]
+    assert event["reason"] == "payload_too_large"
+    assert "XXXX" not in json.dumps(event)
+    # A document within the limit still goes through the same admission.
+    small = inbound(ctx.classes, "VERMAS", "VERMAS-OK")
+    assert admission.submit(small).outcome is Outcome.QUEUED
+
+
+@pytest.mark.parametrize("limit", [0, -5, True])
+def test_an_invalid_payload_limit_is_a_configuration_error(
+    make: Callable[..., Admission], limit: Any
+) -> None:
+    with pytest.raises(ConfigurationError):
+        make(max_payload_bytes=limit)

@@ -129,6 +129,7 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
     forward: Callable[[Mapping[str, Any]], dict[str, Any]],
     downstream: str = "tos",
     forward_queue: str = "edi.tos",
+    lookup_path: str | None = None,
 ) -> BulkTasks:
     """Register the bulk tasks on ``app``.
 
@@ -139,6 +140,9 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             number as idempotency key); runs inside the downstream's gate.
         downstream: the gate (and delivery ledger) name of the forward step.
         forward_queue: the queue of the forward tasks (that downstream's pool).
+        lookup_path: the downstream's write path if it answers ``GET <path>/<key>``,
+            so a forward interrupted mid-call is confirmed rather than resent (see
+            :meth:`GatedTask.confirm_delivery`).
     """
 
     def _store() -> BatchStore:
@@ -149,6 +153,7 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
         base=GatedTask,
         name=f"{forward_queue}.forward_bl",
         downstream=downstream,
+        lookup_path=lookup_path,
         ignore_result=True,
     )
     def forward_bl(envelope: dict[str, Any]) -> dict[str, Any]:

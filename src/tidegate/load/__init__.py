@@ -2,7 +2,8 @@
 
 ``parking`` holds messages that must wait long (durably, not in worker RAM); ``dlq``
 holds units that cannot be delivered, with the reason, and ``replay`` gives them back;
-``ledger`` remembers what each downstream already accepted. ``depth``, ``watermarks``,
+``ledger`` remembers what each downstream already accepted (or may have); ``payload``
+refuses what is too large for the broker. ``depth``, ``watermarks``,
 ``shedding``, ``quarantine`` and ``admission`` are the inbound controls: read queue
 depth, decide scale signals with hysteresis, shed what may wait durably, admit at
 publish time.
@@ -20,8 +21,9 @@ from tidegate.load.depth import (
     probe_from_url,
 )
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
-from tidegate.load.ledger import DeliveryLedger
+from tidegate.load.ledger import DeliveryLedger, DeliveryState
 from tidegate.load.parking import ParkedMessage, ParkingLot
+from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.load.shedding import (
     ARCHIVE_REPLAY,
@@ -45,6 +47,7 @@ from tidegate.load.watermarks import (
 __all__ = [
     "ARCHIVE_REPLAY",
     "BULK_BL_PDF",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
     "DOCUMENT_CLASSES",
     "Admission",
     "Admitted",
@@ -53,6 +56,7 @@ __all__ = [
     "DeadLetter",
     "DeadLetterQueue",
     "DeliveryLedger",
+    "DeliveryState",
     "DepthProbe",
     "GateView",
     "Inbound",
@@ -74,6 +78,7 @@ __all__ = [
     "WatermarkStore",
     "Watermarks",
     "advance",
+    "check_payload_size",
     "probe_for_app",
     "probe_from_url",
 ]

@@ -44,6 +44,7 @@ from tidegate.edi.classify import DocumentClass
 from tidegate.errors import ConfigurationError, LoadShed
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.load.depth import DepthProbe, QueueDepth, probe_for_app
+from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.load.shedding import SheddingPolicy
 from tidegate.load.watermarks import LoadBoard, LoadState, Watermarks, WatermarkStore, advance
@@ -184,6 +185,8 @@ class Admission:
         block: block the producer while the queue is above HWM (bounded).
         max_block_s: the bound of that wait, per document.
         poll_s: how often a blocked producer re-reads the depth.
+        max_payload_bytes: the largest document taken (compact JSON bytes); larger
+            ones raise :class:`~tidegate.errors.PayloadTooLarge` before the broker.
         clock / sleep: monotonic time and sleeping (injectable for tests).
     """
 
@@ -201,6 +204,7 @@ class Admission:
         block: bool = False,
         max_block_s: float = DEFAULT_MAX_BLOCK_S,
         poll_s: float = 0.25,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], object] = time.sleep,
     ) -> None:
@@ -211,6 +215,8 @@ class Admission:
                 raise ConfigurationError(f"{name} must be a finite number > 0, got {value!r}")
         if not (math.isfinite(max_block_s) and max_block_s >= 0):
             raise ConfigurationError(f"max_block_s must be a finite number >= 0: {max_block_s!r}")
+        if isinstance(max_payload_bytes, bool) or max_payload_bytes < 1:
+            raise ConfigurationError(f"max_payload_bytes must be >= 1, got {max_payload_bytes!r}")
         self.sender = sender
         self.tasks = dict(tasks)
         self.probe = probe
@@ -222,6 +228,7 @@ class Admission:
         self.block = block
         self.max_block_s = max_block_s
         self.poll_s = poll_s
+        self.max_payload_bytes = max_payload_bytes
         self._clock = clock
         self._sleep = sleep
         self._local: dict[str, _Local] = {}
@@ -351,9 +358,12 @@ class Admission:
                 (the document is stored either way).
 
         Raises:
+            PayloadTooLarge: the document is above ``max_payload_bytes``; nothing was
+                stored or sent (it is the sender's to split or fix).
             LoadShed: only with ``raise_on_shed``.
             BackendUnavailable: Redis or the broker is unreachable (nothing was sent).
         """
+        check_payload_size(document.payload, limit_bytes=self.max_payload_bytes)
         queue = document.queue
         task = self._task(queue)
         cls = document.document_class

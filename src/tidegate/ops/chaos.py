@@ -398,13 +398,15 @@ class HorizonStats:
     """How long a unit keeps being retried against an unavailable downstream.
 
     With ``max_attempts`` attempts there are ``max_attempts - 1`` backoff delays, delay
-    *i* drawn uniformly from ``[0, min(cap, base × 2**i)]`` (full jitter). Their sum is
-    the *policy horizon*: the unit is dead-lettered if the downstream is still down
-    after it. Queueing behind the backlog and gate waits add to it, so the real time to
-    a dead letter is at least this. The minimum is 0 s: no outage, however short, is
-    *guaranteed* not to dead-letter a unit that retries on its own.
+    *i* drawn uniformly from ``[0, min(cap, base × 2**i)]`` (full jitter). Their sum
+    alone can be close to 0 s, so the unit also keeps retrying until it has been
+    failing for ``min_horizon_s``: the *policy horizon* is the larger of the two, and
+    the unit is dead-lettered if the downstream is still down after it. Queueing
+    behind the backlog and gate waits add to it, so the real time to a dead letter is
+    at least this — and never less than ``min_horizon_s``.
     """
 
+    min_horizon_s: float
     delays: int
     ceilings_s: tuple[float, ...]
     mean_s: float
@@ -421,7 +423,10 @@ class HorizonStats:
 def _horizon_samples(policy: RetryPolicy, samples: int, seed: int) -> list[float]:
     rng = random.Random(seed)
     ceilings = _ceilings(policy)
-    return sorted(sum(rng.uniform(0.0, c) for c in ceilings) for _ in range(samples))
+    return sorted(
+        max(policy.min_horizon_s, sum(rng.uniform(0.0, c) for c in ceilings))
+        for _ in range(samples)
+    )
 
 
 def _ceilings(policy: RetryPolicy) -> tuple[float, ...]:
@@ -443,10 +448,11 @@ def retry_horizon(
         return round(drawn[min(len(drawn) - 1, int(q * len(drawn)))], 2)
 
     return HorizonStats(
+        min_horizon_s=policy.min_horizon_s,
         delays=len(ceilings),
         ceilings_s=ceilings,
-        mean_s=round(sum(ceilings) / 2, 2),
-        max_s=round(sum(ceilings), 2),
+        mean_s=round(sum(drawn) / len(drawn), 2),
+        max_s=round(max(policy.min_horizon_s, sum(ceilings)), 2),
         p01_s=quantile(0.01),
         p05_s=quantile(0.05),
         p50_s=quantile(0.50),
@@ -466,12 +472,12 @@ def horizon_shorter_than(
 
 # -- poison --------------------------------------------------------------------------
 
-#: What a malformed document of each kind becomes, and the DLQ reason it gets today.
+#: What a malformed document of each kind becomes, and the DLQ reason it must get.
 POISON_KINDS: dict[str, str] = {
-    "truncated": "downstream rejected the document (HTTP 400)",
-    "not_edifact": "downstream rejected the document (HTTP 400)",
-    "reference_mismatch": "downstream rejected the document (HTTP 400)",
-    "missing_body": "unexpected error (KeyError)",
+    "truncated": "downstream rejected the document (HTTP 400 truncated_interchange)",
+    "not_edifact": "downstream rejected the document (HTTP 400 not_edifact)",
+    "reference_mismatch": "downstream rejected the document (HTTP 400 message_reference_mismatch)",
+    "missing_body": "malformed unit: envelope lacks 'body'",
 }
 
 

@@ -60,15 +60,31 @@ def _deliver(name: str, envelope: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _MAX_WAIT_S = float(os.environ.get("TIDEGATE_MAX_WAIT_S", "10"))
+#: What ``_deliver`` reads from an envelope: a unit without one is dead-lettered.
+_ENVELOPE_FIELDS = ("key", "type", "class", "body")
 
 
-@app.task(base=GatedTask, name="edi.customs.submit", downstream="customs", max_wait_s=_MAX_WAIT_S)
+@app.task(
+    base=GatedTask,
+    name="edi.customs.submit",
+    downstream="customs",
+    max_wait_s=_MAX_WAIT_S,
+    lookup_path=_PATHS["customs"],
+    required_fields=_ENVELOPE_FIELDS,
+)
 def submit_customs(envelope: dict[str, Any]) -> dict[str, Any]:
     """Lodge one customs-bound document (VERMAS, CUSCAR) with the single window."""
     return _deliver("customs", envelope)
 
 
-@app.task(base=GatedTask, name="edi.tos.push", downstream="tos", max_wait_s=_MAX_WAIT_S)
+@app.task(
+    base=GatedTask,
+    name="edi.tos.push",
+    downstream="tos",
+    max_wait_s=_MAX_WAIT_S,
+    lookup_path=_PATHS["tos"],
+    required_fields=_ENVELOPE_FIELDS,
+)
 def push_tos(envelope: dict[str, Any]) -> dict[str, Any]:
     """Push one terminal message (COARRI, CODECO) to the TOS."""
     return _deliver("tos", envelope)
@@ -85,7 +101,7 @@ def _forward_bl(envelope: Mapping[str, Any]) -> dict[str, Any]:
     return {"tidegate": "delivered", "downstream": "tos", "bl_number": envelope["bl_number"]}
 
 
-bulk = install_bulk(app, forward=_forward_bl)
+bulk = install_bulk(app, forward=_forward_bl, lookup_path=_PATHS["tos"])
 
 
 @signals.celeryd_init.connect

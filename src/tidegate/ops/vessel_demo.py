@@ -26,7 +26,6 @@ deleted.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -38,8 +37,9 @@ import redis
 from celery import Celery
 
 from tidegate._redis import client_from_url
-from tidegate.errors import BackendError, TidegateError
+from tidegate.errors import BackendError, PayloadTooLarge
 from tidegate.load import DeadLetterQueue, ParkingLot
+from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
 from tidegate.logging import get_logger
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
@@ -66,7 +66,6 @@ TASK_FOR_QUEUE = {"edi.customs": "edi.customs.submit", "edi.tos": "edi.tos.push"
 #: The largest envelope (compact JSON, bytes) the demo's intake publishes. One EDIFACT
 #: interchange of this burst is well under 1 KiB; a quarter of a MiB is a file sent by
 #: mistake (and the simulated downstreams refuse bodies above 1 MiB with 413 anyway).
-DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,28 +101,6 @@ class Sample:
     parked: int
     dead_lettered: int
     rss_mb: float
-
-
-class PayloadTooLarge(TidegateError):
-    """A document is larger than the intake takes; it never reaches the broker."""
-
-    def __init__(self, key: str, size: int, limit: int) -> None:
-        self.key = key
-        self.size = size
-        self.limit = limit
-        super().__init__(
-            f"document {key[:16]} is {size} bytes, above the intake limit of {limit} bytes: "
-            "refused before the broker (every worker that fetched a message this size would "
-            "hold it in memory); split the interchange or raise max_payload_bytes"
-        )
-
-
-def check_payload_size(envelope: Mapping[str, Any], *, limit_bytes: int) -> int:
-    """Return the envelope's size (compact JSON, bytes) or raise :class:`PayloadTooLarge`."""
-    size = len(json.dumps(dict(envelope), separators=(",", ":")).encode())
-    if size > limit_bytes:
-        raise PayloadTooLarge(str(envelope.get("key", "?")), size, limit_bytes)
-    return size
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,14 +226,7 @@ def _submit(run: RunHandles, producer: Celery, limit_bytes: int) -> None:
         for item in run.submissions:
             try:
                 check_payload_size(item.envelope, limit_bytes=limit_bytes)
-            except PayloadTooLarge as exc:
-                log.warning(
-                    "intake_refused",
-                    key=exc.key,
-                    reason="payload_too_large",
-                    size_bytes=exc.size,
-                    limit_bytes=exc.limit,
-                )
+            except PayloadTooLarge:
                 run.refused.append(item)
                 continue
             producer.send_task(

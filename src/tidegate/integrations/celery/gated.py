@@ -13,10 +13,19 @@ or a transient failure *parks* the message durably in Redis (never a Celery
 dead-letters it with the reason, a 429 (the client has already paused the whole fleet)
 is absorbed in place. In every case the message is acknowledged only once it is
 delivered, parked or dead-lettered — so each unit ends in exactly one place.
+
+Around the call, the delivery ledger (:mod:`tidegate.load.ledger`) keeps the unit
+from reaching the downstream twice: ``sending`` is written just before the call and
+``delivered`` after it. A unit that finds ``delivered`` is skipped; one that finds
+``sending`` — its previous run died between the downstream's yes and the record —
+asks the downstream first (:meth:`GatedTask.confirm_delivery`, a lookup by
+idempotency key) and sends only if the answer is no. Once the call succeeded, nothing
+can requeue the unit: a Redis failure while recording it is logged, not raised.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -24,21 +33,25 @@ from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
 from tidegate.delivery import Action, RetryPolicy, Verdict, verdict_for
-from tidegate.errors import ConfigurationError
+from tidegate.errors import BackendError, ConfigurationError, MalformedUnit
 from tidegate.integrations.celery.runtime import Runtime, runtime
-from tidegate.load import DeadLetter
+from tidegate.load import DeadLetter, DeliveryState
 from tidegate.logging import get_logger
 
-__all__ = ["ATTEMPT_HEADER", "REPLAY_HEADER", "GatedTask"]
+__all__ = ["ATTEMPT_HEADER", "FIRST_FAILED_HEADER", "REPLAY_HEADER", "GatedTask"]
 
 log = get_logger("tidegate.celery")
 
 #: Message header carrying the failed-attempt count across parking and republishing.
 ATTEMPT_HEADER = "tidegate_attempt"
+#: Message header carrying the wall-clock time (epoch s) of the unit's first failure.
+FIRST_FAILED_HEADER = "tidegate_first_failed_at"
 #: Message header set by a DLQ replay: on delivery, the DLQ record is removed.
 REPLAY_HEADER = "tidegate_replay"
 
 _CELERY_CONTROL_FLOW = (Retry, Ignore, Reject)
+#: Retries of the ledger's "delivered" mark after a delivered call (seconds between).
+_MARK_BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
 class GatedTask(Task[Any, Any]):
@@ -47,9 +60,13 @@ class GatedTask(Task[Any, Any]):
     Class attributes (also settable as ``@app.task(downstream=..., max_wait_s=...)``):
         downstream: the gate's name.
         max_wait_s: the longest wait in place before parking.
-        retry_policy: attempts and backoff for transient failures.
+        retry_policy: attempts, horizon and backoff for transient failures.
         skip_delivered: consult the delivery ledger and skip a unit whose key the
             downstream already accepted (a redelivery, a replay of a delivered unit).
+        lookup_path: the downstream's write path, when it answers ``GET
+            <path>/<key>`` (see :meth:`confirm_delivery`).
+        required_fields: keys the envelope (the first argument) must have; a unit
+            without one is dead-lettered before the gate, as a malformed unit.
     """
 
     abstract = True
@@ -57,45 +74,150 @@ class GatedTask(Task[Any, Any]):
     max_wait_s: ClassVar[float] = 10.0
     retry_policy: ClassVar[RetryPolicy] = RetryPolicy()
     skip_delivered: ClassVar[bool] = True
+    lookup_path: ClassVar[str | None] = None
+    required_fields: ClassVar[tuple[str, ...]] = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.downstream:
             raise ConfigurationError(f"task {self.name} has no downstream to gate")
         rt = runtime(self.app)
         key = self.idempotency_key(args, kwargs)
-        if self.skip_delivered and rt.ledger.delivered(self.downstream, key):
-            log.info("delivery_skipped", task=self.name, key=key, reason="already_delivered")
-            self._replay_done(rt, key)
-            return {"tidegate": "already_delivered"}
+        attempt = int(self._header(ATTEMPT_HEADER) or 0)
+        first_failed = _epoch_or_none(self._header(FIRST_FAILED_HEADER))
         gate = rt.gate(self.downstream)
-        attempt = int(self.request.get(ATTEMPT_HEADER) or 0)
         throttles = 0
+        uncertain: bool | None = None  # unknown until the ledger was read
         while True:
             try:
+                if uncertain is None:
+                    self.check_unit(args, kwargs)
+                    state = (
+                        rt.ledger.state(self.downstream, key)
+                        if self.skip_delivered
+                        else DeliveryState.NEW
+                    )
+                    if state is DeliveryState.DELIVERED:
+                        log.info(
+                            "delivery_skipped", task=self.name, key=key, reason="already_delivered"
+                        )
+                        self._settle(rt, key, mark=False)
+                        return {"tidegate": "already_delivered"}
+                    uncertain = state is DeliveryState.SENDING
                 with gate.slot(max_wait=self.max_wait_s):
+                    if uncertain and self._confirmed(key):
+                        self._settle(rt, key, mark=True)
+                        return {"tidegate": "already_delivered"}
+                    uncertain = False
+                    rt.ledger.sending(self.downstream, key)
                     result = self.run(*args, **kwargs)
-                rt.ledger.mark(self.downstream, key)
-                self._replay_done(rt, key)
-                return result
             except _CELERY_CONTROL_FLOW:
                 raise
             except Exception as exc:
+                now = time.time()
                 verdict = verdict_for(
-                    exc, attempt=attempt, throttles=throttles, policy=self.retry_policy
+                    exc,
+                    attempt=attempt,
+                    throttles=throttles,
+                    policy=self.retry_policy,
+                    failing_for_s=0.0 if first_failed is None else max(0.0, now - first_failed),
                 )
+                if first_failed is None and verdict.attempt > attempt:
+                    first_failed = now
                 if verdict.action is Action.RETRY_IN_PLACE:
                     throttles += 1
                     continue
                 if verdict.action is Action.REQUEUE:
-                    log.error("task_requeued", task=self.name, reason=verdict.reason)
+                    log.error("task_requeued", task=self.name, key=key, reason=verdict.reason)
                     raise Reject(verdict.reason, requeue=True) from exc
                 if verdict.action is Action.PARK:
-                    return self._park(rt, args, kwargs, verdict)
+                    return self._park(rt, args, kwargs, verdict, first_failed)
                 return self._dead_letter(rt, args, kwargs, verdict, exc)
+            # Delivered: from here on nothing may send it again or requeue it.
+            self._settle(rt, key, mark=True)
+            return result
+
+    def check_unit(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Raise :class:`~tidegate.errors.MalformedUnit` for a unit the body cannot use.
+
+        Runs before the gate, so a broken message costs the downstream nothing. The
+        default checks :attr:`required_fields`; override for more.
+        """
+        if not self.required_fields:
+            return
+        envelope = args[0] if args else None
+        key = self.idempotency_key(args, kwargs)
+        if not isinstance(envelope, Mapping):
+            raise MalformedUnit(key, "envelope is not a JSON object")
+        missing = [name for name in self.required_fields if name not in envelope]
+        if missing:
+            raise MalformedUnit(key, f"envelope lacks {', '.join(map(repr, missing))}")
+
+    def confirm_delivery(self, key: str) -> bool | None:
+        """Ask the downstream whether it already accepted ``key``.
+
+        Called, inside the gate, only when the ledger says a previous attempt may have
+        reached the downstream without an answer being recorded (the worker was
+        killed mid-call, the call timed out, Redis went away before the mark).
+        ``True``: it did, do not send again. ``False``: send. ``None``: the
+        downstream cannot say, send and rely on the idempotency key. The default asks
+        ``GET <lookup_path>/<key>`` through this process's client when
+        :attr:`lookup_path` is set; override for a downstream with another query.
+        """
+        if self.lookup_path is None:
+            return None
+        client = runtime(self.app).downstream(self.downstream)
+        return client.lookup(self.lookup_path, idempotency_key=key) is not None
+
+    def _confirmed(self, key: str) -> bool:
+        confirmed = self.confirm_delivery(key)
+        log.info(
+            "delivery_reconciled",
+            task=self.name,
+            downstream=self.downstream,
+            key=key,
+            outcome={True: "accepted_before", False: "not_received", None: "unknown"}[confirmed],
+        )
+        return confirmed is True
+
+    def _settle(self, rt: Runtime, key: str, *, mark: bool) -> None:
+        """Record a delivered unit; a Redis failure here is logged, never raised.
+
+        Raising would requeue a unit the downstream already has. If the mark cannot be
+        written, the ledger still says ``sending`` and a redelivery asks the
+        downstream (:meth:`confirm_delivery`) before sending again.
+        """
+        if mark:
+            for pause in (*_MARK_BACKOFF_S, None):
+                try:
+                    rt.ledger.mark(self.downstream, key)
+                    break
+                except BackendError as exc:
+                    if pause is None:
+                        log.error(
+                            "ledger_mark_failed",
+                            task=self.name,
+                            downstream=self.downstream,
+                            key=key,
+                            error=type(exc).__name__,
+                        )
+                    else:
+                        time.sleep(pause)
+        try:
+            self._replay_done(rt, key)
+        except BackendError as exc:
+            log.warning("dlq_resolve_failed", task=self.name, key=key, error=type(exc).__name__)
+
+    def _header(self, name: str) -> Any:
+        """A tidegate message header: a worker puts custom headers on the request
+        itself, ``task.apply(headers=...)`` (eager mode) leaves them in ``headers``."""
+        value = self.request.get(name)
+        if value is None:
+            value = (self.request.get("headers") or {}).get(name)
+        return value
 
     def _replay_done(self, rt: Runtime, key: str) -> None:
         """A replayed unit was delivered: its dead letter is resolved."""
-        if self.request.get(REPLAY_HEADER) and rt.dlq.remove(key):
+        if self._header(REPLAY_HEADER) and rt.dlq.remove(key):
             log.info("dlq_item_resolved", task=self.name, key=key)
 
     def idempotency_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
@@ -120,11 +242,18 @@ class GatedTask(Task[Any, Any]):
         }
 
     def _park(
-        self, rt: Runtime, args: Sequence[Any], kwargs: Mapping[str, Any], verdict: Verdict
+        self,
+        rt: Runtime,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        verdict: Verdict,
+        first_failed: float | None,
     ) -> dict[str, Any]:
         envelope = self._envelope(args, kwargs)
         envelope["attempt"] = verdict.attempt
-        envelope["replay"] = int(self.request.get(REPLAY_HEADER) or 0)
+        if first_failed is not None:
+            envelope["first_failed_at"] = first_failed
+        envelope["replay"] = int(self._header(REPLAY_HEADER) or 0)
         envelope["key"] = self.idempotency_key(args, kwargs)
         rt.parking.park(envelope, delay_s=verdict.delay_s, reason=verdict.reason)
         return {"tidegate": "parked", "reason": verdict.reason, "delay_s": verdict.delay_s}
@@ -151,3 +280,11 @@ class GatedTask(Task[Any, Any]):
             )
         )
         return {"tidegate": "dead_lettered", "reason": verdict.reason}
+
+
+def _epoch_or_none(value: Any) -> float | None:
+    """A header's epoch seconds, or ``None`` when absent or unreadable."""
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None

@@ -14,7 +14,7 @@ import threading
 from celery import Celery
 
 from tidegate.errors import BackendError
-from tidegate.integrations.celery.gated import ATTEMPT_HEADER, REPLAY_HEADER
+from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEADER, REPLAY_HEADER
 from tidegate.load import ParkingLot
 from tidegate.logging import get_logger
 
@@ -56,6 +56,11 @@ class ParkingMover:
                 headers={
                     ATTEMPT_HEADER: int(env.get("attempt", 0)),
                     REPLAY_HEADER: int(env.get("replay", 0)),
+                    **(
+                        {FIRST_FAILED_HEADER: float(env["first_failed_at"])}
+                        if env.get("first_failed_at") is not None
+                        else {}
+                    ),
                 },
             )
             self.lot.ack(message.id)

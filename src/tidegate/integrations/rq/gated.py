@@ -28,6 +28,7 @@ and anything that would be parked or dead-lettered is raised instead.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -47,6 +48,8 @@ log = get_logger("tidegate.rq")
 
 #: ``job.meta`` key carrying the failed-attempt count across re-scheduling.
 ATTEMPT_META = "tidegate_attempt"
+#: Job meta carrying the wall-clock time (epoch s) of the unit's first failure.
+FIRST_FAILED_META = "tidegate_first_failed_at"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -66,7 +69,7 @@ def idempotency_key(job: Job | None, args: Sequence[Any], kwargs: Mapping[str, A
     return job.id if job is not None else ""
 
 
-def _park(job: Job, verdict: Verdict) -> dict[str, Any]:
+def _park(job: Job, verdict: Verdict, first_failed: float | None) -> dict[str, Any]:
     queue = Queue(job.origin, connection=job.connection, serializer=job.serializer)
     due = datetime.now(UTC) + timedelta(seconds=verdict.delay_s)
     if due.microsecond:  # RQ's scheduled registry keeps whole seconds: never come back early
@@ -76,7 +79,11 @@ def _park(job: Job, verdict: Verdict) -> dict[str, Any]:
         str(job.func_name),
         args=list(job.args),
         kwargs=dict(job.kwargs),
-        meta={**job.meta, ATTEMPT_META: verdict.attempt},
+        meta={
+            **job.meta,
+            ATTEMPT_META: verdict.attempt,
+            **({} if first_failed is None else {FIRST_FAILED_META: first_failed}),
+        },
         job_timeout=job.timeout,
         failure_ttl=job.failure_ttl,
     )
@@ -138,21 +145,32 @@ def gated(
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | dict[str, Any]:
             job = get_current_job()
             the_gate = gate_for(downstream, client_for_job(job.connection if job else None))
-            attempt = int(job.meta.get(ATTEMPT_META, 0)) if job is not None else 0
+            meta = job.meta if job is not None else {}
+            attempt = int(meta.get(ATTEMPT_META, 0))
+            first_failed = meta.get(FIRST_FAILED_META)
             throttles = 0
             while True:
                 try:
                     with the_gate.slot(max_wait=max_wait_s):
                         return func(*args, **kwargs)
                 except Exception as exc:
-                    verdict = verdict_for(exc, attempt=attempt, throttles=throttles, policy=policy)
+                    now = time.time()
+                    verdict = verdict_for(
+                        exc,
+                        attempt=attempt,
+                        throttles=throttles,
+                        policy=policy,
+                        failing_for_s=0.0 if first_failed is None else max(0.0, now - first_failed),
+                    )
+                    if first_failed is None and verdict.attempt > attempt:
+                        first_failed = now
                     if verdict.action is Action.RETRY_IN_PLACE:
                         throttles += 1
                         continue
                     if job is None or verdict.action is Action.REQUEUE:
                         raise
                     if verdict.action is Action.PARK:
-                        return _park(job, verdict)
+                        return _park(job, verdict, first_failed)
                     return _dead_letter(job, verdict, exc)
 
         wrapper.tidegate_downstream = downstream  # type: ignore[attr-defined]

@@ -1,0 +1,276 @@
+"""GatedTask's bookkeeping around one call, run in-process (``task.apply``) on real Redis.
+
+The fleet tests (tests/celery_fleet) show the same paths through real worker
+processes; these pin each decision down without the timing of a fleet.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from structlog.testing import capture_logs
+
+from tidegate.delivery import RetryPolicy
+from tidegate.downstream import DownstreamClient
+from tidegate.errors import BackendUnavailable, DownstreamUnavailable
+from tidegate.integrations.celery import GatedTask, setup
+from tidegate.integrations.celery import gated as gated_module
+from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEADER
+from tidegate.integrations.celery.runtime import runtime
+from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState, ParkingLot
+from tidegate.sim import TosSim
+
+ENVELOPE = {"key": "COARRI-0001", "type": "COARRI", "class": "terminal", "body": "UNH+1'"}
+
+
+@pytest.fixture
+def tos() -> Iterator[TosSim]:
+    with TosSim(max_connections=4, service_s=0.0) as sim:
+        yield sim
+
+
+@pytest.fixture
+def app(
+    redis_url: str,
+    prefix: str,
+    redis_client: redis.Redis,
+    tos: TosSim,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Celery]:
+    monkeypatch.setenv("TIDEGATE_TOS_URL", tos.url)
+    app = Celery("gated-unit", broker=redis_url, set_as_current=False)
+    app.conf.tidegate_redis_url = redis_url
+    app.conf.tidegate_prefix = prefix
+    setup(app)
+    yield app
+    rt = runtime(app)
+    for client in rt._clients.values():
+        client.close()
+    rt.client.close()
+
+
+def _task(app: Celery, tos: TosSim, calls: list[str], **options: Any) -> Any:
+    """A gated TOS push that records each body execution and really POSTs."""
+
+    options = {"lookup_path": tos.path, "required_fields": ("key", "type", "body"), **options}
+
+    @app.task(base=GatedTask, name=f"unit.push.{len(app.tasks)}", downstream="tos", **options)
+    def push(envelope: dict[str, Any]) -> dict[str, Any]:
+        calls.append(envelope["key"])
+        client = runtime(app).downstream("tos")
+        client.send(tos.path, {"edifact": envelope["body"]}, idempotency_key=envelope["key"])
+        return {"tidegate": "delivered"}
+
+    return push
+
+
+def _parked(client: redis.Redis, prefix: str) -> list[dict[str, Any]]:
+    """The envelopes in the parking lot (claimed by nobody: no mover runs here)."""
+    assert ParkingLot(client, prefix=prefix).depth() >= 0
+    return [json.loads(raw) for raw in client.hvals(f"{prefix}:{{parking}}:env")]
+
+
+def _ledger(client: redis.Redis, prefix: str) -> DeliveryLedger:
+    return DeliveryLedger(client, prefix=prefix)
+
+
+def test_a_delivered_call_marks_the_ledger_and_a_redelivery_is_skipped(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+
+    assert push.apply(args=[ENVELOPE]).get() == {"tidegate": "delivered"}
+    assert push.apply(args=[ENVELOPE]).get() == {"tidegate": "already_delivered"}
+
+    assert calls == [ENVELOPE["key"]]
+    assert _ledger(redis_client, prefix).state("tos", ENVELOPE["key"]) is DeliveryState.DELIVERED
+    assert tos.stats(timeline=False)["accepted"] == 1
+
+
+def test_an_interrupted_attempt_that_landed_is_confirmed_not_resent(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """The previous run was killed after the TOS accepted but before the ledger mark."""
+    with DownstreamClient("tos", tos.url) as client:
+        client.send(tos.path, {"edifact": "x"}, idempotency_key=ENVELOPE["key"])
+    _ledger(redis_client, prefix).sending("tos", ENVELOPE["key"])
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+
+    with capture_logs() as logs:
+        assert push.apply(args=[ENVELOPE]).get() == {"tidegate": "already_delivered"}
+
+    stats = tos.stats(timeline=False)
+    assert calls == []
+    assert stats["accepted"] == 1
+    assert stats["duplicates"] == 0
+    assert stats["lookups"] == 1
+    assert _ledger(redis_client, prefix).state("tos", ENVELOPE["key"]) is DeliveryState.DELIVERED
+    reconciled = [e for e in logs if e["event"] == "delivery_reconciled"]
+    assert [e["outcome"] for e in reconciled] == ["accepted_before"]
+
+
+def test_an_interrupted_attempt_that_never_landed_is_sent_once(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    _ledger(redis_client, prefix).sending("tos", ENVELOPE["key"])
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+
+    assert push.apply(args=[ENVELOPE]).get() == {"tidegate": "delivered"}
+
+    stats = tos.stats(timeline=False)
+    assert calls == [ENVELOPE["key"]]
+    assert stats["accepted"] == 1
+    assert stats["lookups"] == 1
+
+
+def test_a_downstream_without_lookup_is_resent_under_its_idempotency_key(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    _ledger(redis_client, prefix).sending("tos", ENVELOPE["key"])
+    calls: list[str] = []
+    push = _task(app, tos, calls, lookup_path=None)
+
+    with capture_logs() as logs:
+        push.apply(args=[ENVELOPE]).get()
+
+    assert calls == [ENVELOPE["key"]]
+    assert tos.stats(timeline=False)["lookups"] == 0
+    assert [e["outcome"] for e in logs if e["event"] == "delivery_reconciled"] == ["unknown"]
+
+
+def test_a_ledger_failure_after_delivery_neither_raises_nor_requeues(
+    app: Celery,
+    tos: TosSim,
+    redis_client: redis.Redis,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Redis dies between the TOS's yes and the mark: the unit is still delivered once."""
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+    rt = runtime(app)
+    monkeypatch.setattr(gated_module, "_MARK_BACKOFF_S", (0.0, 0.0))
+    marks: list[str] = []
+
+    def mark_fails(downstream: str, key: str) -> None:
+        marks.append(key)
+        raise BackendUnavailable("ledger mark: connection refused")
+
+    monkeypatch.setattr(rt.ledger, "mark", mark_fails)
+    with capture_logs() as logs:
+        result = push.apply(args=[ENVELOPE])
+
+    assert result.get() == {"tidegate": "delivered"}  # not a Reject(requeue=True)
+    assert len(marks) == 3  # tried, retried twice, then given up on
+    assert [e["key"] for e in logs if e["event"] == "ledger_mark_failed"] == [ENVELOPE["key"]]
+    # The ledger still says "sending": a redelivery asks the TOS and does not resend.
+    monkeypatch.undo()
+    assert push.apply(args=[ENVELOPE]).get() == {"tidegate": "already_delivered"}
+    assert calls == [ENVELOPE["key"]]
+    assert tos.stats(timeline=False)["accepted"] == 1
+
+
+def test_a_malformed_unit_is_dead_lettered_before_the_gate(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+    broken = {k: v for k, v in ENVELOPE.items() if k != "body"}
+
+    assert push.apply(args=[broken]).get()["tidegate"] == "dead_lettered"
+
+    letter = DeadLetterQueue(redis_client, prefix=prefix).get(ENVELOPE["key"])
+    assert letter is not None
+    assert letter.reason == "malformed unit: envelope lacks 'body'"
+    assert letter.exception == "MalformedUnit"
+    assert calls == []
+    assert tos.stats(timeline=False)["requests"] == 0
+    # Nothing was spent at the gate either: its bucket is still full.
+    state = runtime(app).gate("tos").state()
+    assert state.tokens_available == state.policy.burst
+
+
+def test_an_outage_parks_with_the_first_failure_time_and_respects_the_horizon(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """Attempts exhausted but the outage is younger than min_horizon_s: parked, not lost."""
+    tos.set_outage(None, mode="503")
+    calls: list[str] = []
+    policy = RetryPolicy(max_attempts=2, min_horizon_s=3600, backoff_base_s=0.1)
+    push = _task(app, tos, calls, retry_policy=policy)
+    first_failed = time.time() - 60
+
+    result = push.apply(
+        args=[ENVELOPE], headers={ATTEMPT_HEADER: 5, FIRST_FAILED_HEADER: first_failed}
+    ).get()
+
+    assert result["tidegate"] == "parked"
+    assert result["reason"] == "downstream_unavailable"
+    assert len(DeadLetterQueue(redis_client, prefix=prefix)) == 0
+    (parked,) = _parked(redis_client, prefix)
+    assert parked["attempt"] == 6
+    assert parked["first_failed_at"] == pytest.approx(first_failed)
+
+
+def test_past_the_horizon_an_outage_dead_letters(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    tos.set_outage(None, mode="503")
+    policy = RetryPolicy(max_attempts=2, min_horizon_s=30, backoff_base_s=0.1)
+    push = _task(app, tos, [], retry_policy=policy)
+
+    result = push.apply(
+        args=[ENVELOPE], headers={ATTEMPT_HEADER: 1, FIRST_FAILED_HEADER: time.time() - 31}
+    ).get()
+
+    assert result["tidegate"] == "dead_lettered"
+    letter = DeadLetterQueue(redis_client, prefix=prefix).get(ENVELOPE["key"])
+    assert letter is not None
+    assert letter.reason == "retries exhausted after 2 attempts (DownstreamUnavailable)"
+
+
+def test_a_first_failure_is_stamped_on_the_parked_unit(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    tos.set_outage(None, mode="503")
+    push = _task(app, tos, [])
+    before = time.time()
+
+    push.apply(args=[ENVELOPE]).get()
+
+    (parked,) = _parked(redis_client, prefix)
+    assert parked["attempt"] == 1
+    assert before <= parked["first_failed_at"] <= time.time()
+
+
+def test_redis_down_before_the_call_requeues_without_sending(
+    app: Celery, tos: TosSim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger read fails: nothing was sent, so the broker keeps the message."""
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+
+    def down(downstream: str, key: str) -> DeliveryState:
+        raise BackendUnavailable("ledger check: connection refused")
+
+    monkeypatch.setattr(runtime(app).ledger, "state", down)
+    result = push.apply(args=[ENVELOPE])
+
+    assert type(result.result).__name__ == "Reject"
+    assert calls == []
+    assert tos.stats(timeline=False)["requests"] == 0
+
+
+def test_the_unavailable_error_is_what_a_503_lookup_raises(tos: TosSim) -> None:
+    tos.set_outage(None, mode="503")
+    with DownstreamClient("tos", tos.url) as client, pytest.raises(DownstreamUnavailable):
+        client.lookup(tos.path, idempotency_key="K-1")
