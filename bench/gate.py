@@ -10,9 +10,12 @@ or an embedded ``redis-server`` on loopback):
    (moving window) and ``pyrate-limiter`` (``RedisBucket``).
 2. **overhead** — sequential calls/s of a limit that never throttles, from one process,
    in 0.1 s blocks alternating with a bare PING loop so each ratio is paired in time
-   (the VM's speed drifts up to 2× within seconds). Floors: PING, ``EVALSHA 'return 1'``
-   and a minimal one-key GCRA script; a raw EVALSHA of tidegate's own script with
-   tidegate's KEYS/ARGV splits the cost into "Redis + wire" and "tidegate's Python".
+   (the VM's speed drifts up to 2× within seconds). Floors: PING, ``EVALSHA 'return 1'``,
+   a script that only calls ``TIME`` and a minimal one-key GCRA script, all through
+   redis-py's ``evalsha``; a raw ``evalsha`` of tidegate's own script with tidegate's
+   KEYS/ARGV shows what Redis, the wire and redis-py's generic command path cost for it
+   (tidegate itself sends a pre-encoded frame on a pooled connection, so it may be
+   cheaper than that row).
 3. **pacing** — 1,000 ``acquire(max_wait=…)`` through a 100/s, burst-10 limit from 4
    processes (250 each): wall time vs (1000 − 10)/100 = 9.9 s, and every window of
    grants vs burst + rate·window, on the times the acquires returned and on the slots
@@ -79,6 +82,7 @@ OVERHEAD_BURST = 1_000_000
 OVERHEAD_BLOCK_S = 0.1
 OVERHEAD_ROWS = (
     "evalsha-return-1",
+    "evalsha-time",
     "reference-gcra",
     "rate_acquire-raw",
     "tidegate",
@@ -87,12 +91,13 @@ OVERHEAD_ROWS = (
     "pyrate",
     "naive-rmw",
 )
-OVERHEAD_FLOORS = ("evalsha-return-1", "reference-gcra")
+OVERHEAD_FLOORS = ("evalsha-return-1", "evalsha-time", "reference-gcra")
 OVERHEAD_LABELS = {
     "ping": "floor: PING (the paired loop)",
     "evalsha-return-1": "floor: EVALSHA 'return 1'",
+    "evalsha-time": "floor: EVALSHA of a script that only calls TIME",
     "reference-gcra": "floor: minimal GCRA script (1 key, 2 args, TIME)",
-    "rate_acquire-raw": "diagnostic: raw EVALSHA rate_acquire.lua (1 key, 5 args)",
+    "rate_acquire-raw": "diagnostic: redis-py evalsha of rate_acquire.lua (1 key, 5 args)",
     "tidegate": "**tidegate RateLimiter.try_acquire()**",
     "tidegate-gate": "tidegate Gate.try_acquire() (rate+pause+config, no cap)",
     "limits": "limits moving-window hit()",
@@ -231,8 +236,9 @@ def _build_script(impl: str, url: str, key: str, rate: float, burst: int) -> Bui
     """The overhead floors, and tidegate's own script sent with plain redis-py."""
     client = _client(url)
     evalsha = client.evalsha
-    if impl == "evalsha-return-1":
-        sha = client.script_load("return 1")
+    if impl in ("evalsha-return-1", "evalsha-time"):
+        script = "return 1" if impl == "evalsha-return-1" else "redis.call('TIME') return 1"
+        sha = client.script_load(script)
         return (lambda: evalsha(sha, 0)), (lambda: evalsha(sha, 0)), client.close
     if impl == "reference-gcra":
         sha = client.script_load(REFERENCE_GCRA_LUA)
@@ -242,8 +248,8 @@ def _build_script(impl: str, url: str, key: str, rate: float, burst: int) -> Bui
             (lambda: evalsha(sha, 1, key + "-warm", interval, burst)),
             client.close,
         )
-    # rate_acquire-raw: what Redis and the wire cost for tidegate's rate decision, without
-    # tidegate's Python around it (diagnostic).
+    # rate_acquire-raw: what Redis, the wire and redis-py's generic command path cost for
+    # tidegate's rate decision, without tidegate's Python around it (diagnostic).
     from tidegate._redis import lua_script
 
     sha = client.script_load(lua_script("rate_acquire"))
@@ -262,6 +268,7 @@ _BUILDERS: dict[str, Callable[[str, str, str, float, int], Built]] = {
     "limits": _build_limits,
     "pyrate": _build_pyrate,
     "evalsha-return-1": _build_script,
+    "evalsha-time": _build_script,
     "reference-gcra": _build_script,
     "rate_acquire-raw": _build_script,
 }

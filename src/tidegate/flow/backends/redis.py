@@ -5,11 +5,13 @@ own clocks. The sync and asyncio backends share the argument encoding and result
 decoding below and differ only in awaiting the client.
 
 The admission call is the hot path of every gated task, so it is kept lean: a plain
-rate limit runs the one-key ``rate_acquire.lua`` instead of the whole gate script, its
-arguments are encoded to bytes once per shape and cached, replies are integers, and
-EVALSHA is issued directly (the script is loaded on NOSCRIPT — after a Redis restart,
-say — and the call retried once). The other scripts go through redis-py's
-``register_script``.
+rate limit runs the one-key ``rate_acquire.lua`` instead of the whole gate script; its
+command is encoded once per shape and cached, both as arguments and as the finished
+RESP frame; replies are integers. The sync backend writes that frame straight to a
+pooled connection and reads the reply (the same pool, retry policy and errors as
+redis-py's ``execute_command``, without its per-command packing and bookkeeping); the
+script is loaded on NOSCRIPT — after a Redis restart, say — and the call retried once.
+The other scripts go through redis-py's ``register_script``.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import inspect
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 import redis.asyncio
@@ -53,6 +56,7 @@ _SHA = {
     name: hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
     for name, text in _TEXT.items()
 }
+_SHA_BYTES = {name: sha.encode() for name, sha in _SHA.items()}
 
 
 def _enc(value: str | int | float) -> bytes:
@@ -67,8 +71,39 @@ def _rate_only(p: AcquireParams) -> bool:
 _NOW_AT = {9: 4, 16: 7}
 
 
+def _bulk(arg: bytes) -> bytes:
+    return b"$%d\r\n%b\r\n" % (len(arg), arg)
+
+
+def _frame(bulks: Sequence[bytes]) -> tuple[bytes]:
+    """Bulk strings as one RESP array (the bytes redis-py would send), in the 1-tuple
+    that ``Connection.send_packed_command`` takes."""
+    return (b"*%d\r\n%b" % (len(bulks), b"".join(bulks)),)
+
+
+_LOAD = {
+    name: _frame([_bulk(b"SCRIPT"), _bulk(b"LOAD"), _bulk(text.encode())])
+    for name, text in _TEXT.items()
+}
+
+
+class _Request(NamedTuple):
+    """One admission command: its arguments, each as a RESP bulk string, the whole RESP
+    frame, and its script."""
+
+    args: tuple[bytes, ...]
+    bulks: tuple[bytes, ...]
+    frame: tuple[bytes]
+    script: str
+
+
+def _request(args: Sequence[bytes], bulks: Sequence[bytes]) -> _Request:
+    script = _RATE if args[1] == _SHA_BYTES[_RATE] else _GATE
+    return _Request(tuple(args), tuple(bulks), _frame(bulks), script)
+
+
 @functools.lru_cache(maxsize=4096)
-def _encoded(keys: GateKeys, p: AcquireParams) -> tuple[bytes, ...]:
+def _encoded(keys: GateKeys, p: AcquireParams) -> _Request:
     """EVALSHA and its arguments for one decision shape (``now``/holder blank), encoded once."""
     if _rate_only(p):
         args: tuple[str | int | float, ...] = (
@@ -99,34 +134,46 @@ def _encoded(keys: GateKeys, p: AcquireParams) -> tuple[bytes, ...]:
             "",
             flags,
         )
-    return tuple(_enc(v) for v in args)
+    encoded = [_enc(v) for v in args]
+    return _request(encoded, [_bulk(arg) for arg in encoded])
 
 
-def _command(keys: GateKeys, p: AcquireParams, clock: ManualClock | None) -> Sequence[bytes]:
+def _varies(p: AcquireParams, clock: ManualClock | None) -> bool:
+    """Whether the command carries per-call values (a holder id, a test clock's time)."""
+    return bool(p.holder) or p.now_ms is not None or clock is not None
+
+
+def _command(keys: GateKeys, p: AcquireParams, clock: ManualClock | None) -> _Request:
     """The command for one decision; the cached shape, with ``now`` and the holder filled in."""
-    varying = p.holder or p.now_ms is not None
-    command = _encoded(keys, p._replace(holder="", now_ms=None) if varying else p)
+    if not _varies(p, clock):
+        return _encoded(keys, p)
+    shape = _encoded(keys, p._replace(holder="", now_ms=None))
     now = p.now_ms if p.now_ms is not None else (clock.now_ms() if clock is not None else None)
-    if now is None and not p.holder:
-        return command
-    filled = list(command)
+    args, bulks = list(shape.args), list(shape.bulks)
     if now is not None:
-        filled[_NOW_AT[len(filled)]] = repr(now).encode()
+        at = _NOW_AT[len(args)]
+        args[at] = repr(now).encode()
+        bulks[at] = _bulk(args[at])
     if p.holder:
-        filled[-2] = p.holder.encode()
-    return filled
+        args[-2] = p.holder.encode()
+        bulks[-2] = _bulk(args[-2])
+    return _request(args, bulks)
+
+
+#: ``AcquireResult``'s own ``__new__`` is a Python function; building the tuple directly
+#: saves that call on every decision.
+_new_result = tuple.__new__
 
 
 def _decode(raw: Sequence[int]) -> AcquireResult:
     if len(raw) == 4:  # rate_acquire: status, wait_us, remaining, now_us
-        return AcquireResult(_STATUSES[raw[0]], raw[1] / 1000.0, raw[2], 0, False, raw[3] / 1000.0)
+        return _new_result(
+            AcquireResult,
+            (_STATUSES[raw[0]], raw[1] / 1000.0, raw[2], 0, False, raw[3] / 1000.0),
+        )
     return AcquireResult(
         _STATUSES[raw[0]], raw[1] / 1000.0, raw[2], raw[3], raw[4] == 1, raw[5] / 1000.0
     )
-
-
-def _script_of(command: Sequence[bytes]) -> str:
-    return _RATE if command[1] == _SHA[_RATE].encode() else _GATE
 
 
 def _snapshot(results: list[Any], clock: ManualClock | None) -> GateSnapshot:
@@ -146,7 +193,45 @@ def _snapshot(results: list[Any], clock: ManualClock | None) -> GateSnapshot:
     )
 
 
-class RedisBackend:
+_EXECUTE_COMMAND = redis.Redis.execute_command
+
+
+def _get_connection_args(pool: Any) -> tuple[str, ...]:
+    """What ``pool.get_connection`` needs: nothing (redis-py >= 5.3 deprecates arguments)
+    or, before that, the command name."""
+    try:
+        param = inspect.signature(pool.get_connection).parameters.get("command_name")
+    except (TypeError, ValueError):
+        return ()
+    return ("EVALSHA",) if param is not None and param.default is param.empty else ()
+
+
+def _roundtrip(conn: Any, frame: tuple[bytes]) -> Any:
+    """One command on ``conn``: the ready frame out, its reply in (errors are raised)."""
+    conn.send_packed_command(frame)
+    return conn.read_response()
+
+
+class _Requests:
+    """The admission command for a decision, shared by the sync and asyncio backends."""
+
+    clock: ManualClock | None
+    # The last (params, keys, request) without per-call values: a limiter asks with the
+    # same two objects every time, so the hot path skips even the cache's hashing. One
+    # tuple, swapped whole, so a thread never sees half of another's update.
+    _last: tuple[object, object, _Request | None] = (None, None, None)
+
+    def _request_for(self, keys: GateKeys, params: AcquireParams) -> _Request:
+        last = self._last
+        if last[0] is params and last[1] is keys and last[2] is not None:
+            return last[2]
+        request = _command(keys, params, self.clock)
+        if not _varies(params, self.clock):
+            self._last = (params, keys, request)
+        return request
+
+
+class RedisBackend(_Requests):
     """Fleet-wide state in Redis.
 
     Args:
@@ -160,18 +245,56 @@ class RedisBackend:
         self._release = client.register_script(lua_script("lease_release"))
         self._renew = client.register_script(lua_script("lease_renew"))
         self._pause = client.register_script(lua_script("gate_pause"))
+        self._pool_args = _get_connection_args(client.connection_pool)
+        # Straight to a pooled connection unless the client pins one connection (it has
+        # its own lock) or its execute_command is replaced or instrumented (e.g. tracing),
+        # which must keep seeing every command.
+        execute = type(client).execute_command
+        self._direct = (
+            client.connection is None
+            and execute is _EXECUTE_COMMAND
+            and not hasattr(execute, "__wrapped__")
+        )
 
     def acquire(self, keys: GateKeys, params: AcquireParams) -> AcquireResult:
-        command = _command(keys, params, self.clock)
+        request = self._request_for(keys, params)
         try:
-            try:
-                raw = self.client.execute_command(*command)  # type: ignore[no-untyped-call]
-            except redis.exceptions.NoScriptError:
-                self.client.script_load(_TEXT[_script_of(command)])
-                raw = self.client.execute_command(*command)  # type: ignore[no-untyped-call]
+            raw = self._evalsha(request) if self._direct else self._execute(request)
         except (redis.exceptions.RedisError, OSError) as exc:
             raise translate_redis_error(exc, "gate acquire") from exc
         return _decode(raw)
+
+    def _evalsha(self, request: _Request) -> Any:
+        """Send the ready frame on a pooled connection and read the reply.
+
+        What redis-py's ``execute_command`` does, minus packing the arguments again and its
+        per-command bookkeeping: a connection from the pool per call (so threads never
+        share one), the connection's retry policy for connection errors and timeouts
+        (the failed connection is dropped and reconnected), the connection back to the
+        pool in ``finally``. On NOSCRIPT the script is loaded over the same connection
+        and the command sent once more.
+        """
+        pool = self.client.connection_pool
+        conn = pool.get_connection(*self._pool_args)
+        try:
+            roundtrip = functools.partial(_roundtrip, conn, request.frame)
+            try:
+                return conn.retry.call_with_retry(roundtrip, conn.disconnect)
+            except redis.exceptions.NoScriptError:
+                load = functools.partial(_roundtrip, conn, _LOAD[request.script])
+                conn.retry.call_with_retry(load, conn.disconnect)
+                return conn.retry.call_with_retry(roundtrip, conn.disconnect)
+        finally:
+            pool.release(conn)
+
+    def _execute(self, request: _Request) -> Any:
+        """The same command through redis-py's ``execute_command``."""
+        execute = self.client.execute_command
+        try:
+            return execute(*request.args)  # type: ignore[no-untyped-call]
+        except redis.exceptions.NoScriptError:
+            self.client.script_load(_TEXT[request.script])
+            return execute(*request.args)  # type: ignore[no-untyped-call]
 
     def release(self, keys: GateKeys, holder: str, *, wake_cap: int) -> bool:
         with map_redis_errors("lease release"):
@@ -228,7 +351,7 @@ class RedisBackend:
         return self.clock.monotonic() if self.clock is not None else time.monotonic()
 
 
-class AsyncRedisBackend:
+class AsyncRedisBackend(_Requests):
     """The asyncio twin of :class:`RedisBackend` over ``redis.asyncio.Redis``."""
 
     def __init__(self, client: redis.asyncio.Redis, *, clock: ManualClock | None = None) -> None:
@@ -239,13 +362,14 @@ class AsyncRedisBackend:
         self._pause = client.register_script(lua_script("gate_pause"))
 
     async def acquire(self, keys: GateKeys, params: AcquireParams) -> AcquireResult:
-        command = _command(keys, params, self.clock)
+        request = self._request_for(keys, params)
+        execute = self.client.execute_command
         try:
             try:
-                raw = await self.client.execute_command(*command)  # type: ignore[no-untyped-call]
+                raw = await execute(*request.args)  # type: ignore[no-untyped-call]
             except redis.exceptions.NoScriptError:
-                await self.client.script_load(_TEXT[_script_of(command)])
-                raw = await self.client.execute_command(*command)  # type: ignore[no-untyped-call]
+                await self.client.script_load(_TEXT[request.script])
+                raw = await execute(*request.args)  # type: ignore[no-untyped-call]
         except (redis.exceptions.RedisError, OSError) as exc:
             raise translate_redis_error(exc, "gate acquire") from exc
         return _decode(raw)

@@ -24,8 +24,4 @@
 local now = clock(ARGV[1])
 local admitted, wait, remaining = gcra(KEYS[1], now, tonumber(ARGV[2]), tonumber(ARGV[3]),
                                        tonumber(ARGV[4]), tonumber(ARGV[5]))
-local now_us = math.floor(now * 1000)
-if admitted then
-  return {0, math.ceil(wait * 1000), remaining, now_us}
-end
-return {1, math.ceil(wait * 1000), remaining, now_us}
+return {admitted and 0 or 1, math.ceil(wait * 1000), remaining, math.floor(now * 1000)}
