@@ -74,6 +74,21 @@ def test_an_outage_shorter_than_the_horizon_never_dead_letters() -> None:
         v = verdict(exc, attempt, policy=policy, failing_for_s=failing_for)
         assert (v.action, v.attempt) == (Action.PARK, attempt + 1)
         assert 0 <= v.delay_s <= 8.0  # still backing off, capped
+    # Past max_attempts the unit probes at the cap: never sooner than cap/2.
+    probes = [
+        verdict_for(
+            exc,
+            attempt=a,
+            throttles=0,
+            policy=policy,
+            failing_for_s=1.0,
+            rng=random.Random(seed),
+        ).delay_s
+        for a in (2, 9, 50)
+        for seed in range(20)
+    ]
+    assert min(probes) >= 4.0
+    assert max(probes) <= 8.0
     late = verdict(exc, 2, policy=policy, failing_for_s=600.0)
     assert late.action is Action.DEAD_LETTER
     assert late.reason == "retries exhausted after 3 attempts (DownstreamUnavailable)"

@@ -11,7 +11,8 @@ so the rules live in one place:
   backoff and full jitter, until the unit has failed ``max_attempts`` times *and* has
   been failing for ``min_horizon_s`` → **dead-letter** "retries exhausted". Jitter
   makes the sum of the backoff delays random (it can be near 0); the horizon makes
-  the promise operators need: an outage shorter than it dead-letters nothing;
+  the promise operators need: an outage shorter than it dead-letters nothing. Between
+  the last attempt and the horizon the unit probes every ``cap/2``–``cap`` seconds;
 - the downstream refused the document (4xx) → **dead-letter** at once, with its error
   code: retrying a document the downstream calls invalid only hammers it;
 - the unit itself is malformed (``MalformedUnit``) → **dead-letter** at once;
@@ -147,8 +148,13 @@ def verdict_for(
                 f"retries exhausted after {failed} attempts ({type(exc).__name__})",
                 failed,
             )
-        delay = backoff_delay(
-            attempt, base=policy.backoff_base_s, cap=policy.backoff_cap_s, rng=rng
-        )
+        if failed >= policy.max_attempts:
+            # Attempts spent, horizon not reached: probe at the cap, never faster than
+            # every cap/2, so a long outage costs each unit a call per ~45 s, not a storm.
+            delay = rng.uniform(policy.backoff_cap_s / 2, policy.backoff_cap_s)
+        else:
+            delay = backoff_delay(
+                attempt, base=policy.backoff_base_s, cap=policy.backoff_cap_s, rng=rng
+            )
         return Verdict(Action.PARK, delay, "downstream_unavailable", failed)
     return Verdict(Action.DEAD_LETTER, 0.0, f"unexpected error ({type(exc).__name__})", attempt + 1)
