@@ -113,6 +113,8 @@ def harness(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             "TIDEGATE_TOS_CONCURRENCY": "2",
             "TIDEGATE_MAX_WAIT_S": "1.5",
             "TIDEGATE_LOG_LEVEL": "INFO",
+            # A short sweep so a lost message comes back within the test's patience.
+            "TIDEGATE_SWEEP_INTERVAL_S": "1",
         }
         pools = [
             Pool("customs", ["edi.customs"], concurrency=3),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -160,3 +161,31 @@ def test_worker_logs_carry_no_payload_or_personal_data(fleet: Any) -> None:
     assert decision_lines, "workers log their decisions as JSON lines"
     for marker in ("UNB+", "UNH+", "NAD+", "EQD+", "MEA+", "edifact", *_SHIPPERS):
         assert marker not in logs, f"{marker!r} leaked into a worker log"
+
+
+def test_a_message_the_broker_lost_is_swept_back_and_delivered_once(fleet: Any) -> None:
+    """The state a worker main process SIGKILLed between kombu's BRPOP and its unacked
+    write leaves behind: the unit is recorded as published, its message is nowhere.
+    The workers' sweep republishes it; it is delivered once."""
+    from tidegate.load.outstanding import Outstanding, OutstandingUnit
+    from tidegate.ops.burst import vessel_burst
+
+    outstanding = Outstanding(fleet.client, prefix=fleet.prefix)
+    doc = next(d for d in vessel_burst(40, seed=99) if d.queue == "edi.tos")
+    envelope = doc.envelope()
+    outstanding.record(
+        OutstandingUnit(doc.key, "edi.tos.push", "popped-and-lost", "edi.tos", [envelope], {})
+    )
+
+    fleet.wait_for(lambda: fleet.tos.stats(timeline=False)["distinct_keys"] == 1, timeout_s=60)
+    fleet.wait_for(lambda: len(outstanding) == 0, timeout_s=30)
+
+    assert fleet.tos.accepted_keys() == [doc.key]
+    logs = _worker_logs(fleet)
+    republished = [
+        json.loads(line)
+        for line in logs.splitlines()
+        if line.startswith("{") and '"orphan_republished"' in line
+    ]
+    mine = [e["lost_task_id"] for e in republished if e["key"] == doc.key]
+    assert mine == ["popped-and-lost"]

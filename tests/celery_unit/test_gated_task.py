@@ -24,6 +24,7 @@ from tidegate.integrations.celery import gated as gated_module
 from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEADER
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState, ParkingLot
+from tidegate.load.outstanding import Outstanding, OutstandingUnit
 from tidegate.sim import TosSim
 
 ENVELOPE = {"key": "COARRI-0001", "type": "COARRI", "class": "terminal", "body": "UNH+1'"}
@@ -274,3 +275,21 @@ def test_the_unavailable_error_is_what_a_503_lookup_raises(tos: TosSim) -> None:
     tos.set_outage(None, mode="503")
     with DownstreamClient("tos", tos.url) as client, pytest.raises(DownstreamUnavailable):
         client.lookup(tos.path, idempotency_key="K-1")
+
+
+def test_a_settled_unit_leaves_the_outstanding_registry(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """Delivered or dead-lettered: the orphan sweep has nothing left to watch."""
+    outstanding = Outstanding(redis_client, prefix=prefix)
+    push = _task(app, tos, [])
+    broken = {k: v for k, v in ENVELOPE.items() if k != "body"} | {"key": "BROKEN-1"}
+    for envelope in (ENVELOPE, broken):
+        outstanding.record(
+            OutstandingUnit(envelope["key"], push.name, "t", "edi.tos", [envelope], {})
+        )
+
+    push.apply(args=[ENVELOPE]).get()
+    push.apply(args=[broken]).get()
+
+    assert len(outstanding) == 0

@@ -94,6 +94,20 @@ class ParkingLot:
             pipe.hdel(self._envelopes, message_id)
             pipe.execute()
 
+    def parked_keys(self) -> set[str]:
+        """The idempotency keys (envelope ``"key"``) of every parked message."""
+        with map_redis_errors("parked keys"):
+            raws = self.client.hvals(self._envelopes)
+        keys = set()
+        for raw in raws:
+            try:
+                key = json.loads(raw).get("key")
+            except (ValueError, AttributeError):
+                continue
+            if key is not None:
+                keys.add(str(key))
+        return keys
+
     def depth(self) -> int:
         """Messages parked or being moved (not yet republished)."""
         with map_redis_errors("parking depth"):

@@ -38,7 +38,9 @@ from celery import Celery
 
 from tidegate._redis import client_from_url
 from tidegate.errors import BackendError, PayloadTooLarge
+from tidegate.integrations.celery.sweep import track_publishes
 from tidegate.load import DeadLetterQueue, ParkingLot
+from tidegate.load.outstanding import Outstanding
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
 from tidegate.logging import get_logger
 from tidegate.ops.burst import vessel_burst
@@ -327,6 +329,11 @@ def run_vessel_demo(
         fleet = Fleet(config.app, pools, env=env, log_dir=log_dir)
         producer = Celery(broker=url)
         run = RunHandles(url, prefix, client, fleet, customs, tos, config, submissions)
+        # The intake records what it publishes, so the workers' orphan sweep can give
+        # back a message the Redis broker loses to a killed worker.
+        untrack = track_publishes(
+            TASK_FOR_QUEUE.values(), Outstanding(client, prefix=prefix), app=producer
+        )
         try:
             fleet.start()
             if disturbance is not None:
@@ -339,6 +346,7 @@ def run_vessel_demo(
             if disturbance is not None:
                 chaos = disturbance.collect(run)
         finally:
+            untrack()
             fleet.stop()
             producer.close()
     delivered = c_full["distinct_keys"] + t_full["distinct_keys"]

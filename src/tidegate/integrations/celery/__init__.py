@@ -5,8 +5,10 @@
 
 ``setup`` applies :func:`configure` (prefetch 1, acks_late, JSON only, queues, the
 visibility-timeout check) and installs worker hooks: the check again at worker start
-(a misconfigured worker refuses to start) and a :class:`ParkingMover` in each worker's
-main process.
+(a misconfigured worker refuses to start), publish tracking for the app's gated tasks,
+and a :class:`ParkingMover` in each worker's main process that also runs the orphan
+sweep (a Redis broker can lose a message when a worker main process dies between
+``BRPOP`` and its ``unacked`` write; see :mod:`tidegate.integrations.celery.sweep`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tidegate.integrations.celery.preset import (
     configure,
 )
 from tidegate.integrations.celery.runtime import runtime
+from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
 
 __all__ = [
     "ATTEMPT_HEADER",
@@ -32,10 +35,12 @@ __all__ = [
     "DEFAULT_ROUTES",
     "CeleryPreset",
     "GatedTask",
+    "OrphanSweep",
     "ParkingMover",
     "check_visibility_timeout",
     "configure",
     "setup",
+    "track_publishes",
 ]
 
 _MOVERS: dict[int, ParkingMover] = {}
@@ -50,7 +55,14 @@ def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True
 
     def _start_mover(sender: Any = None, **_: Any) -> None:
         if mover and id(app) not in _MOVERS:
-            _MOVERS[id(app)] = ParkingMover(app, runtime(app).parking).start()
+            rt = runtime(app)
+            sweep = OrphanSweep.for_app(app, rt.outstanding, ledger=rt.ledger, parking=rt.parking)
+            _MOVERS[id(app)] = ParkingMover(app, rt.parking, sweep=sweep).start()
+
+    def _track(sender: Any = None, **_: Any) -> None:
+        # In every worker process (main and pool children): what the workers publish
+        # (an aggregate's forwards, the mover's republishes) is tracked too.
+        track_publishes(None, runtime(app).outstanding, app=app)
 
     def _stop_mover(sender: Any = None, **_: Any) -> None:
         running = _MOVERS.pop(id(app), None)
@@ -59,5 +71,6 @@ def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True
 
     signals.worker_init.connect(_check, weak=False)
     signals.worker_ready.connect(_start_mover, weak=False)
+    signals.worker_init.connect(_track, weak=False)
     signals.worker_shutdown.connect(_stop_mover, weak=False)
     return app

@@ -206,6 +206,17 @@ class GatedTask(Task[Any, Any]):
             self._replay_done(rt, key)
         except BackendError as exc:
             log.warning("dlq_resolve_failed", task=self.name, key=key, error=type(exc).__name__)
+        self._forget(rt, key)
+
+    def _forget(self, rt: Runtime, key: str) -> None:
+        """The unit has settled: the orphan sweep need not watch it any more."""
+        try:
+            rt.outstanding.settle(key)
+        except BackendError as exc:
+            # A stale record costs one sweep a ledger lookup, nothing more.
+            log.warning(
+                "outstanding_settle_failed", task=self.name, key=key, error=type(exc).__name__
+            )
 
     def _header(self, name: str) -> Any:
         """A tidegate message header: a worker puts custom headers on the request
@@ -267,9 +278,10 @@ class GatedTask(Task[Any, Any]):
         exc: BaseException,
     ) -> dict[str, Any]:
         envelope = args[0] if args and isinstance(args[0], Mapping) else {}
+        letter_key = self.idempotency_key(args, kwargs)
         rt.dlq.add(
             DeadLetter(
-                key=self.idempotency_key(args, kwargs),
+                key=letter_key,
                 task=self.name,
                 reason=verdict.reason,
                 exception=type(exc).__name__,
@@ -279,6 +291,7 @@ class GatedTask(Task[Any, Any]):
                 batch_id=envelope.get("batch_id"),
             )
         )
+        self._forget(rt, letter_key)
         return {"tidegate": "dead_lettered", "reason": verdict.reason}
 
 

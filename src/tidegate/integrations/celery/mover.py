@@ -5,6 +5,9 @@ claims are atomic, so several movers across the fleet never republish a message 
 between them, and a mover that dies mid-way loses nothing (the claim lease expires and
 another mover takes it). It sleeps until the next message is due (at most
 ``interval_s``), so an idle fleet costs one cheap Redis call per interval.
+
+The same thread runs the fleet's orphan sweep (:mod:`tidegate.integrations.celery.sweep`)
+when it is given one: every ``sweep.interval_s``, one worker of the fleet takes the turn.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from celery import Celery
 
 from tidegate.errors import BackendError
 from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEADER, REPLAY_HEADER
+from tidegate.integrations.celery.sweep import OrphanSweep
 from tidegate.load import ParkingLot
 from tidegate.logging import get_logger
 
@@ -31,13 +35,21 @@ class ParkingMover:
         lot: where the parked messages are.
         interval_s: longest sleep between two looks.
         batch: most messages moved per look.
+        sweep: the orphan sweep to run from this thread, if any.
     """
 
     def __init__(
-        self, app: Celery, lot: ParkingLot, *, interval_s: float = 0.25, batch: int = 200
+        self,
+        app: Celery,
+        lot: ParkingLot,
+        *,
+        interval_s: float = 0.25,
+        batch: int = 200,
+        sweep: OrphanSweep | None = None,
     ) -> None:
         self.app = app
         self.lot = lot
+        self.sweep = sweep
         self.interval_s = interval_s
         self.batch = batch
         self._stop = threading.Event()
@@ -75,6 +87,8 @@ class ParkingMover:
                 if self.move_once() >= self.batch:
                     continue
                 due_in = self.lot.next_due_in_s()
+                if self.sweep is not None:
+                    self.sweep.maybe_sweep()
             except BackendError:
                 log.warning("parking_mover_backend_error")
                 due_in = None

@@ -20,6 +20,7 @@ from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.load import DeadLetterQueue, DeliveryLedger, ParkingLot
+from tidegate.load.outstanding import Outstanding
 from tidegate.settings import Settings
 
 __all__ = ["Runtime", "runtime"]
@@ -35,6 +36,7 @@ class Runtime:
         self.parking = ParkingLot(self.client, prefix=prefix)
         self.dlq = DeadLetterQueue(self.client, prefix=prefix)
         self.ledger = DeliveryLedger(self.client, prefix=prefix)
+        self.outstanding = Outstanding(self.client, prefix=prefix)
         self._gates: dict[str, Gate] = {}
         self._clients: dict[str, DownstreamClient] = {}
         self._lock = threading.Lock()

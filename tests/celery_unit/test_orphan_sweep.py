@@ -1,0 +1,188 @@
+"""The orphan sweep against a real Redis broker: a message popped and never recorded
+in ``unacked`` (a worker main process SIGKILLed between the two) is given back."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from structlog.testing import capture_logs
+
+from tidegate.errors import ConfigurationError
+from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
+from tidegate.load import DeliveryLedger, ParkingLot
+from tidegate.load.outstanding import Outstanding, OutstandingUnit, find_orphans
+
+TASK = "unit.sweep.push"
+
+
+def _unit(key: str, task_id: str = "t-1") -> OutstandingUnit:
+    return OutstandingUnit(key, TASK, task_id, "q", [{"key": key}], {})
+
+
+def test_find_orphans_needs_consecutive_misses() -> None:
+    units = [_unit("A", "ta"), _unit("B", "tb"), _unit("C", "tc"), _unit("D", "td")]
+    verdict = find_orphans(
+        units,
+        present_task_ids={"ta"},
+        parked_keys={"B"},
+        misses={"C": 1, "A": 1},
+        threshold=2,
+    )
+    assert [u.key for u in verdict.orphans] == ["C"]  # missing twice in a row
+    assert verdict.misses == {"D": 1}  # missing once; A and B are present
+    with pytest.raises(ConfigurationError):
+        find_orphans(units, present_task_ids=set(), parked_keys=set(), misses={}, threshold=0)
+
+
+@pytest.fixture
+def ctx(redis_url: str, redis_client: redis.Redis, prefix: str) -> Iterator[dict[str, Any]]:
+    queue = f"{prefix}-q"
+    app = Celery("sweep-unit", broker=redis_url, set_as_current=False)
+    outstanding = Outstanding(redis_client, prefix=prefix)
+    untrack = track_publishes([TASK], outstanding)
+    sweep = OrphanSweep(
+        app,
+        outstanding,
+        ledger=DeliveryLedger(redis_client, prefix=prefix),
+        parking=ParkingLot(redis_client, prefix=prefix),
+        broker=redis_client,
+        interval_s=60,
+        unacked_key=f"{prefix}:unacked",
+    )
+    try:
+        yield {"app": app, "queue": queue, "outstanding": outstanding, "sweep": sweep}
+    finally:
+        untrack()
+        redis_client.delete(queue, f"{prefix}:unacked")
+        app.close()
+
+
+def _publish(ctx: dict[str, Any], keys: list[str]) -> None:
+    for key in keys:
+        ctx["app"].send_task(TASK, args=[{"key": key, "body": "UNH+1'"}], queue=ctx["queue"])
+
+
+def _queued_keys(client: redis.Redis, queue: str) -> list[str]:
+    keys = []
+    for raw in client.lrange(queue, 0, -1):
+        body = json.loads(base64.b64decode(json.loads(raw)["body"]))
+        keys.append(body[0][0]["key"])
+    return sorted(keys)
+
+
+def test_publishes_are_recorded_with_their_message_id(
+    ctx: dict[str, Any], redis_client: redis.Redis
+) -> None:
+    _publish(ctx, ["K1", "K2"])
+    unit = ctx["outstanding"].get("K1")
+    assert unit is not None
+    assert (unit.task, unit.queue, unit.args[0]["key"]) == (TASK, ctx["queue"], "K1")
+    ids = {json.loads(raw)["headers"]["id"] for raw in redis_client.lrange(ctx["queue"], 0, -1)}
+    assert unit.task_id in ids
+    ctx["outstanding"].settle("K1")
+    assert ctx["outstanding"].get("K1") is None
+    assert len(ctx["outstanding"]) == 1
+
+
+def test_a_message_lost_between_brpop_and_unacked_is_republished_once(
+    ctx: dict[str, Any], redis_client: redis.Redis
+) -> None:
+    _publish(ctx, ["K1", "K2", "K3"])
+    lost = json.loads(redis_client.rpop(ctx["queue"]))  # popped, then the process died
+    lost_key = {"K1", "K2", "K3"} - set(_queued_keys(redis_client, ctx["queue"]))
+    sweep: OrphanSweep = ctx["sweep"]
+
+    assert sweep.sweep_once() == 0  # missing once: could be in flight between two reads
+    with capture_logs() as logs:
+        assert sweep.sweep_once() == 1
+        assert sweep.sweep_once() == 0  # back in the queue: present again
+
+    assert _queued_keys(redis_client, ctx["queue"]) == ["K1", "K2", "K3"]
+    (event,) = [e for e in logs if e["event"] == "orphan_republished"]
+    assert {event["key"]} == lost_key
+    assert event["lost_task_id"] == lost["headers"]["id"]
+    assert ctx["outstanding"].get(event["key"]).task_id == event["task_id"]
+
+
+def test_messages_in_unacked_or_parked_are_not_orphans(
+    ctx: dict[str, Any], redis_client: redis.Redis, prefix: str
+) -> None:
+    _publish(ctx, ["K1", "K2"])
+    # K-a: delivered to a worker (kombu moved it to unacked); K-b: parked by its task.
+    first = redis_client.rpop(ctx["queue"])
+    redis_client.hset(f"{prefix}:unacked", "tag-1", json.dumps([json.loads(first), "", "q"]))
+    second = json.loads(redis_client.rpop(ctx["queue"]))
+    key = json.loads(base64.b64decode(second["body"]))[0][0]["key"]
+    ParkingLot(redis_client, prefix=prefix).park(
+        {"task": TASK, "args": [], "kwargs": {}, "queue": ctx["queue"], "key": key},
+        delay_s=600,
+        reason="test",
+    )
+    for _ in range(3):
+        assert ctx["sweep"].sweep_once() == 0
+
+
+def test_a_delivered_unit_with_a_stale_record_is_settled_not_republished(
+    ctx: dict[str, Any], redis_client: redis.Redis, prefix: str
+) -> None:
+    """The settle after delivery failed (Redis blinked): the ledger knows better."""
+    ctx["outstanding"].record(_unit("K9", "gone"))
+    DeliveryLedger(redis_client, prefix=prefix).mark("", "K9")
+    ctx["sweep"].sweep_once()
+    assert ctx["sweep"].sweep_once() == 0
+    assert ctx["outstanding"].get("K9") is None
+    assert redis_client.llen(ctx["queue"]) == 0
+
+
+def test_one_worker_of_the_fleet_sweeps_per_interval(
+    ctx: dict[str, Any], redis_client: redis.Redis
+) -> None:
+    sweep: OrphanSweep = ctx["sweep"]
+    other = OrphanSweep(
+        ctx["app"],
+        ctx["outstanding"],
+        ledger=sweep.ledger,
+        parking=sweep.parking,
+        broker=redis_client,
+        interval_s=60,
+        unacked_key=sweep.unacked_key,
+    )
+    ctx["outstanding"].record(_unit("K5", "nowhere"))
+    sweep.maybe_sweep(now=1000.0)
+    other.maybe_sweep(now=1000.0)  # the fleet's turn is taken: no second count
+    misses = redis_client.hgetall(ctx["outstanding"].misses_key)
+    assert misses == {b"K5": b"1"}
+
+
+def test_invalid_sweep_settings(ctx: dict[str, Any], redis_client: redis.Redis) -> None:
+    for kwargs in ({"interval_s": 0}, {"misses": 0}):
+        with pytest.raises(ConfigurationError):
+            OrphanSweep(
+                ctx["app"],
+                ctx["outstanding"],
+                ledger=ctx["sweep"].ledger,
+                parking=ctx["sweep"].parking,
+                broker=redis_client,
+                **kwargs,  # type: ignore[arg-type]
+            )
+
+
+def test_no_sweep_for_an_amqp_broker(redis_client: redis.Redis) -> None:
+    app = Celery("amqp", broker="amqp://guest@127.0.0.1//", set_as_current=False)
+    outstanding = Outstanding(redis_client, prefix=f"x-{uuid.uuid4().hex[:6]}")
+    assert (
+        OrphanSweep.for_app(
+            app,
+            outstanding,
+            ledger=DeliveryLedger(redis_client),
+            parking=ParkingLot(redis_client),
+        )
+        is None
+    )
