@@ -177,6 +177,8 @@ class WorkerTiming:
             message held by a SIGKILLed worker *main* process waits to be redelivered.
         restore_interval_s: how often each worker sweeps ``unacked`` for such messages.
         lease_s: concurrency lease length: how long a SIGKILLed holder keeps its slot.
+        orphan_sweep_s: the fleet's orphan-sweep interval (a message the broker lost
+            is republished after two to three of them).
     """
 
     soft_time_limit_s: float = 25.0
@@ -184,6 +186,7 @@ class WorkerTiming:
     visibility_timeout_s: float = 60.0
     restore_interval_s: float = 1.0
     lease_s: float = 5.0
+    orphan_sweep_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not 0 < self.soft_time_limit_s < self.hard_time_limit_s:
@@ -201,6 +204,7 @@ class WorkerTiming:
             _ENV_RESTORE: repr(self.restore_interval_s),
             "TIDEGATE_CUSTOMS_LEASE_S": repr(self.lease_s),
             "TIDEGATE_TOS_LEASE_S": repr(self.lease_s),
+            "TIDEGATE_SWEEP_INTERVAL_S": repr(self.orphan_sweep_s),
         }
 
     @property
@@ -734,6 +738,7 @@ class _KillWorkers(_Scenario):
         self.next_kill = config.fault_at_s
         self.stopped_at: float | None = None
         self.expected = 0
+        self.stolen: list[dict[str, Any]] = []
 
     def started(self, run: RunHandles) -> None:
         self.expected = len(run.submissions) - len(run.refused)
@@ -785,10 +790,22 @@ class _KillWorkers(_Scenario):
             return
         if role == "main":
             self.mains_killed.add(pool)
+            self._steal_one(run, pool, t)
         kill = {"t": round(t, 2), "wall": time.time(), "pool": pool, "pid": pid, "role": role}
         self.kills.append(kill)
         self.timeline.append({"t": kill["t"], "event": "sigkill", "pool": pool, "role": role})
         log.warning("chaos_worker_killed", pool=pool, pid=pid, role=role)
+
+    def _steal_one(self, run: RunHandles, pool: str, t: float) -> None:
+        """Make the kill the worst case kombu allows: the main had just BRPOPed a
+        message and had not written it to ``unacked`` yet. That message is gone from
+        the broker; only tidegate's orphan sweep can give it back."""
+        raw = cast("bytes | None", run.client.rpop(f"edi.{pool}"))
+        if raw is None:
+            return
+        task_id = str(json.loads(raw)["headers"]["id"])
+        self.stolen.append({"t": round(t, 2), "pool": pool, "task_id": task_id})
+        self.timeline.append({"t": round(t, 2), "event": "message_lost_with_main", "pool": pool})
 
     def busy(self, t: float) -> bool:
         return self.stopped_at is None
@@ -802,8 +819,13 @@ class _KillWorkers(_Scenario):
             time.sleep(0.1)
         data = super().collect(run)
         reclaimed = _events(self.log_dir, {"gate_lease_reclaimed"})
+        swept = _events(self.log_dir, {"orphan_republished"})
+        stolen = {m["task_id"] for m in self.stolen}
         data.update(
             reconciled=_reconciled(self.log_dir),
+            messages_lost_with_mains=len(self.stolen),
+            orphans_republished=len(swept),
+            lost_messages_swept_back=len({e.get("lost_task_id") for e in swept} & stolen),
             kills=self.kills,
             kills_by_role=dict(Counter(k["role"] for k in self.kills)),
             restarts=len(self.restarts),
@@ -860,6 +882,15 @@ class _KillWorkers(_Scenario):
                 timing.worst_redelivery_s + 3.0,
                 "oldest unacknowledged message seen (s): a killed main's message waits "
                 "the visibility timeout, then the next sweep requeues it",
+            ),
+            _check(
+                "lost_messages_swept_back",
+                chaos["lost_messages_swept_back"] == chaos["messages_lost_with_mains"] >= 1,
+                chaos["lost_messages_swept_back"],
+                chaos["messages_lost_with_mains"],
+                "messages taken off the broker with a killed main (as between kombu's BRPOP "
+                f"and its unacked write) that the orphan sweep republished; "
+                f"{chaos['orphans_republished']} republished in all",
             ),
             _check(
                 "duplicates_only_from_kills",
