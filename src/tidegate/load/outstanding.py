@@ -11,10 +11,13 @@ tidegate closes it from the outside. Every tracked publish records the unit here
 settling it — delivered, dead-lettered — removes the record. An orphan sweep
 (:mod:`tidegate.integrations.celery.sweep`) compares the records with one atomic
 snapshot of the broker's lists, its ``unacked`` hash and the parking lot: a unit
-whose message is in none of them for ``misses`` sweeps in a row is republished. A
-republish that was not needed (the message was merely in flight between two reads)
-costs one redundant message, and the delivery ledger keeps it from reaching the
-downstream twice.
+whose message is in none of them for ``misses`` sweeps in a row is republished. The
+snapshot is one ``MULTI``, and kombu's own in-between states (popped but not yet in
+``unacked``, taken out of ``unacked`` but not yet pushed back) last microseconds unless
+the process dies there, so a live message is not missing for two sweeps (30 s apart by
+default). Were one republished anyway, the copy that runs second finds the delivery
+ledger at ``delivered`` or ``sending`` and does not send blindly; only two copies
+running at the very same moment could both send, under the same idempotency key.
 
 The records hold the unit's arguments, so a backlog takes about twice its size in
 Redis while it drains; a record is removed as soon as its unit settles.
