@@ -23,6 +23,7 @@ from _harness import machine_info, write_json
 from tidegate._redis import client_from_url
 from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
 from tidegate.load import DeliveryLedger, ParkingLot
+from tidegate.load.depth import RedisDepthProbe
 from tidegate.load.outstanding import Outstanding
 from tidegate.ops.burst import vessel_burst
 from tidegate.redis_server import redis_url
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             outstanding,
             ledger=DeliveryLedger(client, prefix="bench"),
             parking=ParkingLot(client, prefix="bench"),
-            broker=client,
+            broker=RedisDepthProbe(client),
         )
         times = []
         for _ in range(args.repeat):

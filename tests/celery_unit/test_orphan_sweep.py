@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 from tidegate.errors import ConfigurationError
 from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
 from tidegate.load import DeliveryLedger, ParkingLot
+from tidegate.load.depth import RedisDepthProbe
 from tidegate.load.outstanding import Outstanding, OutstandingUnit, find_orphans
 
 TASK = "unit.sweep.push"
@@ -52,9 +53,8 @@ def ctx(redis_url: str, redis_client: redis.Redis, prefix: str) -> Iterator[dict
         outstanding,
         ledger=DeliveryLedger(redis_client, prefix=prefix),
         parking=ParkingLot(redis_client, prefix=prefix),
-        broker=redis_client,
+        broker=RedisDepthProbe(redis_client, unacked_key=f"{prefix}:unacked"),
         interval_s=60,
-        unacked_key=f"{prefix}:unacked",
     )
     try:
         yield {"app": app, "queue": queue, "outstanding": outstanding, "sweep": sweep}
@@ -150,9 +150,8 @@ def test_one_worker_of_the_fleet_sweeps_per_interval(
         ctx["outstanding"],
         ledger=sweep.ledger,
         parking=sweep.parking,
-        broker=redis_client,
+        broker=sweep.broker,
         interval_s=60,
-        unacked_key=sweep.unacked_key,
     )
     ctx["outstanding"].record(_unit("K5", "nowhere"))
     sweep.maybe_sweep(now=1000.0)
@@ -169,7 +168,7 @@ def test_invalid_sweep_settings(ctx: dict[str, Any], redis_client: redis.Redis) 
                 ctx["outstanding"],
                 ledger=ctx["sweep"].ledger,
                 parking=ctx["sweep"].parking,
-                broker=redis_client,
+                broker=ctx["sweep"].broker,
                 **kwargs,  # type: ignore[arg-type]
             )
 
@@ -186,3 +185,30 @@ def test_no_sweep_for_an_amqp_broker(redis_client: redis.Redis) -> None:
         )
         is None
     )
+
+
+def test_a_broker_key_prefix_is_honoured(
+    redis_url: str, redis_client: redis.Redis, prefix: str
+) -> None:
+    """kombu's global_keyprefix moves the queue lists: the sweep must look there, or it
+    would take every queued unit for an orphan."""
+    options = {"global_keyprefix": f"{prefix}-gp:"}
+    app = Celery("sweep-gp", broker=redis_url, set_as_current=False)
+    app.conf.broker_transport_options = options
+    outstanding = Outstanding(redis_client, prefix=prefix)
+    untrack = track_publishes([TASK], outstanding)
+    try:
+        app.send_task(TASK, args=[{"key": "GP-1"}], queue=f"{prefix}-q")
+        assert redis_client.llen(f"{prefix}-gp:{prefix}-q") == 1
+        sweep = OrphanSweep.for_app(
+            app,
+            outstanding,
+            ledger=DeliveryLedger(redis_client, prefix=prefix),
+            parking=ParkingLot(redis_client, prefix=prefix),
+        )
+        assert sweep is not None
+        assert [sweep.sweep_once() for _ in range(3)] == [0, 0, 0]
+    finally:
+        untrack()
+        redis_client.delete(f"{prefix}-gp:{prefix}-q")
+        app.close()

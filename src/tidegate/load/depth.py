@@ -183,6 +183,15 @@ class RedisDepthProbe:
         name = queue if step == 0 else f"{queue}{self.sep}{step}"
         return self.global_keyprefix + name
 
+    @property
+    def unacked_hash(self) -> str:
+        """The Redis hash of messages delivered and not yet acknowledged."""
+        return self.global_keyprefix + self.unacked_key
+
+    def list_keys(self, queue: str) -> list[str]:
+        """Every Redis list holding ``queue``'s messages, one per priority step."""
+        return [self.list_key(queue, step) for step in self.priority_steps]
+
     def sample(self, queues: Sequence[str]) -> dict[str, QueueDepth]:
         names = _check_queues(queues)
         with map_redis_errors("queue depth"):
@@ -207,8 +216,7 @@ class RedisDepthProbe:
     def _unacked(self, wanted: set[str]) -> dict[str, int]:
         counts: dict[str, int] = {}
         bindings: dict[str, list[tuple[str, str]]] = {}
-        key = self.global_keyprefix + self.unacked_key
-        for _tag, raw in self.client.hscan_iter(key, count=_SCAN_COUNT):
+        for _tag, raw in self.client.hscan_iter(self.unacked_hash, count=_SCAN_COUNT):
             try:
                 _message, exchange, routing_key = json.loads(raw)
             except (ValueError, TypeError):
