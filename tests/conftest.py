@@ -8,6 +8,8 @@ so a green CI run always means they ran.
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -64,3 +66,26 @@ def redis_client(redis_url: str, prefix: str) -> Iterator[redis.Redis]:
 def _reset_structlog() -> Iterator[None]:
     yield
     structlog.reset_defaults()
+
+
+#: How long a test's own background threads may take to end after its teardown.
+_THREAD_GRACE_S = 10.0
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_threads() -> Iterator[None]:
+    """A tidegate thread a test started must be gone when the test is.
+
+    A sim handler or a lease renewer that outlives its test logs into the next test's
+    ``capture_logs`` and can change what that test sees; so the leak fails the test that
+    caused it, not the one it disturbs.
+    """
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + _THREAD_GRACE_S
+    leaked = [thread for thread in threading.enumerate() if thread not in before]
+    for thread in leaked:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    alive = sorted(thread.name for thread in leaked if thread.is_alive())
+    if alive:
+        pytest.fail(f"threads outlived the test: {alive}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import types
 from concurrent.futures import ThreadPoolExecutor
@@ -326,6 +327,35 @@ def test_stop_closes_the_port_and_is_idempotent(write: Any) -> None:
     sim.stop()
     with httpx.Client() as fresh, pytest.raises(httpx.ConnectError):
         fresh.post(endpoint, json={}, headers={"Idempotency-Key": "x"})
+
+
+def test_stop_waits_for_an_answer_still_being_written() -> None:
+    """A handler busy past its client's timeout has finished when stop() returns.
+
+    Otherwise it answers (and logs) after the sim is gone, into whatever runs next.
+    """
+    entered, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def hold(seconds: float) -> None:
+        entered.set()
+        release.wait(timeout=30)
+        time.sleep(0.2)  # the answer is still being written when stop() is called
+        finished.append(threading.current_thread().name)
+
+    sim = DatabaseSim(1.0, 0.0, sleep=hold).start()
+    try:
+        with (
+            httpx.Client(timeout=httpx.Timeout(5.0, read=0.2)) as client,
+            pytest.raises(httpx.ReadTimeout),
+        ):
+            client.post(sim.endpoint, json={}, headers={"Idempotency-Key": "slow"})
+        assert entered.wait(timeout=10)
+    finally:
+        release.set()
+        sim.stop()
+    assert finished == ["tidegate-sim-database-handler"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("tidegate-sim-")]
 
 
 def test_an_unstarted_sim_has_no_url() -> None:

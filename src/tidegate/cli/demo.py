@@ -13,6 +13,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from tidegate.cli._output import console as make_console
 from tidegate.redis_server import redis_url
 
 __all__ = ["CHAOS_KINDS", "demo"]
@@ -169,7 +170,7 @@ def demo(
     plot_path: Path | None,
 ) -> None:
     """Run a demonstration on an embedded Redis (or REDIS_URL); stops all it starts."""
-    console = Console()
+    console = make_console()
     if chaos_kind is not None:
         if scenario != "vessel":
             raise click.UsageError("--chaos applies to --scenario vessel")

@@ -6,7 +6,6 @@ import datetime as dt
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from tidegate.cli._common import (
@@ -16,6 +15,7 @@ from tidegate.cli._common import (
     redis_url_option,
     resolve_redis_url,
 )
+from tidegate.cli._output import console, print_table
 from tidegate.flow import RateLimiter
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.replay import DEFAULT_REPLAY_LIMIT, replay_dead_letters
@@ -73,7 +73,7 @@ def ls(
             letter.batch_id or "",
             _when(letter.first_failed_at),
         )
-    Console().print(table)
+    print_table(console(), table)
 
 
 @dlq.command()

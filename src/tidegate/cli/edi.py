@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidegate.cli._common import TidegateCLIError, echo_json
+from tidegate.cli._output import console, print_table
 from tidegate.edi import BLUnit, EdifactError, Intake, inspect_path, read_chunks
 
 __all__ = ["edi"]
@@ -42,15 +43,15 @@ def inspect(ctx: click.Context, files: tuple[Path, ...], as_json: bool) -> None:
     if as_json:
         echo_json(reports)
     else:
-        console = Console(highlight=False)
+        out = console()
         for report in reports:
-            _render_report(console, report)
+            _render_report(out, report)
     if any(report["error"] is not None for report in reports):
         ctx.exit(1)
 
 
-def _render_report(console: Console, report: dict[str, Any]) -> None:
-    console.print(report["file"], style="bold", markup=False)
+def _render_report(out: Console, report: dict[str, Any]) -> None:
+    out.print(report["file"], style="bold", markup=False)
     table = Table(show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
@@ -76,7 +77,7 @@ def _render_report(console: Console, report: dict[str, Any]) -> None:
         ", ".join(f"{severities[s]} {s}" for s in ("error", "warning", "info") if severities[s])
         or "none",
     )
-    console.print(table)
+    print_table(out, table)
     if report["findings"]:
         findings = Table(show_lines=False)
         for column in ("severity", "code", "segment", "offset", "message"):
@@ -90,11 +91,11 @@ def _render_report(console: Console, report: dict[str, Any]) -> None:
                 str(finding["offset"]),
                 finding["message"],
             )
-        console.print(findings)
+        print_table(out, findings)
         hidden = len(report["findings"]) - _SHOWN_FINDINGS
         if hidden > 0:
-            console.print(f"... {hidden} more findings (use --json for all)")
-    console.print()
+            out.print(f"... {hidden} more findings (use --json for all)")
+    out.print()
 
 
 @edi.command()
@@ -112,11 +113,11 @@ def split(file: Path, as_json: bool, raw: bool) -> None:
     if as_json:
         echo_json([unit.to_dict(raw=raw) for unit in units])
         return
-    console = Console(highlight=False)
+    out = console()
     if not units:
-        console.print(f"{file}: no IFCSUM consignment")
+        out.print(f"{file}: no IFCSUM consignment")
         return
-    console.print(f"{file}: {len(units)} B/L units", style="bold", markup=False)
+    out.print(f"{file}: {len(units)} B/L units", style="bold", markup=False)
     table = Table()
     for column in ("#", "consignment", "B/L", "source", "containers", "key", "dead letter"):
         table.add_column(column)
@@ -130,8 +131,8 @@ def split(file: Path, as_json: bool, raw: bool) -> None:
             unit.idempotency_key[:12],
             f"[red]{unit.dead_letter_reason}[/red]" if unit.dead_letter_reason else "",
         )
-    console.print(table)
+    print_table(out, table)
     if raw:
         for unit in units:
-            console.print(f"--- unit {unit.position}", markup=False)
-            console.print(unit.raw, markup=False)
+            out.print(f"--- unit {unit.position}", markup=False)
+            out.print(unit.raw, markup=False)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from tidegate.cli._common import TidegateCLIError, echo_json, redis_client, redis_url_option
+from tidegate.cli._output import console, print_table
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate, GateState
 
@@ -23,7 +23,7 @@ def _show(state: GateState) -> None:
             continue
         mark = " (live override)" if key in over else ""
         table.add_row(key, f"{value}{mark}")
-    Console().print(table)
+    print_table(console(), table)
 
 
 @click.group()

@@ -93,6 +93,8 @@ DEFAULT_HOST = "127.0.0.1"
 BAD_RETRY_AFTER = "soon-ish"
 #: The ``Retry-After`` of the ``429_huge_retry_after`` fault: a day, absurd for a throttle.
 HUGE_RETRY_AFTER_S = 86_400
+#: How long ``stop()`` waits for answers still being written (a slow service time).
+_HANDLER_JOIN_S = 10.0
 #: How often the accept loop checks for shutdown; bounds the time ``stop()`` takes.
 _POLL_INTERVAL_S = 0.05
 _MAX_KEY_LENGTH = 255
@@ -225,8 +227,12 @@ class SimServer(ABC):
             self._started = False
             self._refusing = False
             self._cancel_reopen()
-            if self._server is not None:
+            server = self._server
+            if server is not None:
                 self._close()
+        still_running = 0 if server is None else server.join_handlers(_HANDLER_JOIN_S)
+        if still_running:
+            log.warning("sim_handlers_still_running", kind=self.kind, handlers=still_running)
         log.info("sim_stopped", kind=self.kind, port=self._port)
 
     def __enter__(self) -> Self:

@@ -1,9 +1,11 @@
 """The HTTP layer of the sims: a threading server that can drop its connections.
 
 The stdlib ``ThreadingHTTPServer`` (one thread per connection, HTTP/1.1 keep-alive)
-with three changes: a backlog a fleet does not overflow, quiet logging, and a record
-of open connections so that a ``refuse`` outage can reset them — an idle keep-alive
-connection would otherwise keep being served after the listening socket is closed.
+with four changes: a backlog a fleet does not overflow, quiet logging, a record of open
+connections so that a ``refuse`` outage can reset them — an idle keep-alive connection
+would otherwise keep being served after the listening socket is closed — and a record of
+handler threads, so that stopping a sim waits for the answers still being written: a
+handler that outlives its sim would log into whatever runs next.
 What to answer is the sim's business (:class:`~tidegate.sim.SimServer`); this module
 only reads requests and writes replies.
 """
@@ -15,6 +17,7 @@ import json
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -71,6 +74,7 @@ class SimHTTPServer(ThreadingHTTPServer):
         self.sim = sim
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+        self._handlers: set[threading.Thread] = set()
         super().__init__(address, SimRequestHandler)
 
     def process_request(
@@ -79,7 +83,31 @@ class SimHTTPServer(ThreadingHTTPServer):
         if isinstance(request, socket.socket):
             with self._connections_lock:
                 self._connections.add(request)
-        super().process_request(request, client_address)
+        handler = threading.Thread(
+            target=self._handle_and_forget,
+            args=(request, client_address),
+            name=f"tidegate-sim-{self.sim.kind}-handler",
+            daemon=True,
+        )
+        with self._connections_lock:
+            self._handlers.add(handler)
+        handler.start()
+
+    def _handle_and_forget(self, request: Any, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self._connections_lock:
+                self._handlers.discard(threading.current_thread())
+
+    def join_handlers(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for every handler thread; return how many still run."""
+        deadline = time.monotonic() + timeout
+        with self._connections_lock:
+            handlers = list(self._handlers)
+        for handler in handlers:
+            handler.join(max(0.0, deadline - time.monotonic()))
+        return sum(handler.is_alive() for handler in handlers)
 
     def shutdown_request(self, request: socket.socket | tuple[bytes, socket.socket]) -> None:
         if isinstance(request, socket.socket):
