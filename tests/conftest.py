@@ -78,12 +78,20 @@ def _no_leaked_threads() -> Iterator[None]:
 
     A sim handler or a lease renewer that outlives its test logs into the next test's
     ``capture_logs`` and can change what that test sees; so the leak fails the test that
-    caused it, not the one it disturbs.
+    caused it, not the one it disturbs. (Every thread tidegate starts is named
+    ``tidegate-…``; a sim's handler serving a fixture that outlives the test is fine.)
     """
     before = set(threading.enumerate())
     yield
     deadline = time.monotonic() + _THREAD_GRACE_S
-    leaked = [thread for thread in threading.enumerate() if thread not in before]
+    leaked = [
+        thread
+        for thread in threading.enumerate()
+        if thread not in before
+        and thread.name.startswith("tidegate-")
+        # a keep-alive connection of a sim that a module-scoped fixture still runs
+        and not getattr(getattr(thread, "tidegate_sim", None), "running", False)
+    ]
     for thread in leaked:
         thread.join(max(0.0, deadline - time.monotonic()))
     alive = sorted(thread.name for thread in leaked if thread.is_alive())

@@ -165,8 +165,9 @@ def test_worker_logs_carry_no_payload_or_personal_data(fleet: Any) -> None:
 
 def test_a_message_the_broker_lost_is_swept_back_and_delivered_once(fleet: Any) -> None:
     """The state a worker main process SIGKILLed between kombu's BRPOP and its unacked
-    write leaves behind: the unit is recorded as published, its message is nowhere.
-    The workers' sweep republishes it; it is delivered once."""
+    write leaves behind: the unit is recorded as published, its message is nowhere, and
+    the dead worker's beat has stopped. The live workers notice the silence, sweep, and
+    republish the unit; it is delivered once."""
     from tidegate.load.outstanding import Outstanding, OutstandingUnit
     from tidegate.ops.burst import vessel_burst
 
@@ -176,6 +177,7 @@ def test_a_message_the_broker_lost_is_swept_back_and_delivered_once(fleet: Any) 
     outstanding.record(
         OutstandingUnit(doc.key, "edi.tos.push", "popped-and-lost", "edi.tos", [envelope], {})
     )
+    outstanding.beat("killed-worker", dead_after_s=10, arm_sweeps=0, now_ms=1_000)  # long silent
 
     fleet.wait_for(lambda: fleet.tos.stats(timeline=False)["distinct_keys"] == 1, timeout_s=60)
     fleet.wait_for(lambda: len(outstanding) == 0, timeout_s=30)

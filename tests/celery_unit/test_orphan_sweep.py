@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -154,10 +155,119 @@ def test_one_worker_of_the_fleet_sweeps_per_interval(
         interval_s=60,
     )
     ctx["outstanding"].record(_unit("K5", "nowhere"))
+    ctx["outstanding"].arm(3)
     sweep.maybe_sweep(now=1000.0)
     other.maybe_sweep(now=1000.0)  # the fleet's turn is taken: no second count
     misses = redis_client.hgetall(ctx["outstanding"].misses_key)
     assert misses == {b"K5": b"1"}
+
+
+def test_an_unarmed_sweep_reads_nothing(ctx: dict[str, Any], redis_client: redis.Redis) -> None:
+    """No worker died: nothing can be lost, so the backlog is not read at all."""
+    _publish(ctx, ["K1", "K2"])
+    ctx["outstanding"].record(_unit("K5", "nowhere"))
+    sweep: OrphanSweep = ctx["sweep"]
+    assert [sweep.maybe_sweep(now=1000.0 + 61 * i) for i in range(4)] == [0, 0, 0, 0]
+    assert redis_client.hgetall(ctx["outstanding"].misses_key) == {}
+    assert not redis_client.exists(ctx["outstanding"].present_key)
+
+
+def test_a_silent_worker_arms_the_sweep_and_a_retired_one_does_not(
+    ctx: dict[str, Any], redis_client: redis.Redis
+) -> None:
+    """A worker killed with SIGKILL stops beating; one that stops cleanly retires."""
+    outstanding: Outstanding = ctx["outstanding"]
+    beat = {"dead_after_s": 10, "arm_sweeps": 3}
+    assert outstanding.beat("killed", now_ms=1_000_000, **beat) == 0
+    assert outstanding.beat("stopped", now_ms=1_000_000, **beat) == 0
+    outstanding.retire("stopped")
+    assert outstanding.beat("alive", now_ms=1_009_000, **beat) == 0  # 9 s: not yet
+    assert not redis_client.exists(outstanding.armed_key)
+    with capture_logs():
+        assert outstanding.beat("alive", now_ms=1_011_000, **beat) == 1  # "killed" only
+    assert [outstanding.take_armed_sweep() for _ in range(4)] == [True, True, True, False]
+    assert redis_client.zrange(outstanding.workers_key, 0, -1) == [b"alive"]
+
+
+def test_a_death_sweeps_a_lost_unit_back_through_maybe_sweep(
+    ctx: dict[str, Any], redis_client: redis.Redis
+) -> None:
+    """End to end in one process: beat, death, armed sweeps, republish, disarmed."""
+    _publish(ctx, ["K1", "K2"])
+    redis_client.rpop(ctx["queue"])  # popped by the worker that then died
+    outstanding: Outstanding = ctx["outstanding"]
+    outstanding.beat("dead-worker", dead_after_s=10, arm_sweeps=3, now_ms=1_000)
+    sweep: OrphanSweep = ctx["sweep"]
+    results = []
+    with capture_logs() as logs:
+        for i in range(5):
+            results.append(sweep.maybe_sweep(now=1000.0 + 61 * i))
+            redis_client.delete(outstanding.lock_key)  # the interval passes for the fleet too
+    assert results == [0, 1, 0, 0, 0]
+    assert _queued_keys(redis_client, ctx["queue"]) == ["K1", "K2"]
+    events = [e["event"] for e in logs]
+    assert events.count("orphan_sweep_armed") == 1
+    assert events.count("orphan_republished") == 1
+    assert not redis_client.exists(outstanding.armed_key, outstanding.misses_key)
+
+
+def test_pages_smaller_than_the_backlog_find_exactly_the_lost_units(
+    ctx: dict[str, Any], redis_client: redis.Redis, prefix: str
+) -> None:
+    """53 units read 7 at a time: the 3 lost ones come back, the 50 queued stay put."""
+    keys = [f"P{i:02d}" for i in range(53)]
+    _publish(ctx, keys)
+    for _ in range(3):
+        redis_client.rpop(ctx["queue"])
+    sweep: OrphanSweep = ctx["sweep"]
+    small = OrphanSweep(
+        ctx["app"],
+        ctx["outstanding"],
+        ledger=sweep.ledger,
+        parking=sweep.parking,
+        broker=sweep.broker,
+        interval_s=60,
+        page=7,
+    )
+    with capture_logs():
+        assert [small.sweep_once() for _ in range(3)] == [0, 3, 0]
+    assert _queued_keys(redis_client, ctx["queue"]) == keys
+
+
+def test_the_sweep_holds_a_page_not_the_backlog(
+    ctx: dict[str, Any], redis_client: redis.Redis
+) -> None:
+    """Python memory at the sweep's peak is a small fraction of the queued bytes.
+
+    The sweep used to read every queued message and every record at once: its peak
+    was several times the backlog's own size.
+    """
+    filler = "x" * 2_000
+    with ctx["app"].connection_for_write() as conn:
+        for i in range(4_000):
+            ctx["app"].send_task(
+                TASK,
+                args=[{"key": f"M{i}", "body": filler}],
+                queue=ctx["queue"],
+                connection=conn,
+            )
+    queued = sum(len(raw) for raw in redis_client.lrange(ctx["queue"], 0, -1))
+    sweep = OrphanSweep(
+        ctx["app"],
+        ctx["outstanding"],
+        ledger=ctx["sweep"].ledger,
+        parking=ctx["sweep"].parking,
+        broker=ctx["sweep"].broker,
+        page=100,
+    )
+    tracemalloc.start()
+    try:
+        assert sweep.sweep_once() == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert queued > 8_000_000
+    assert peak < queued / 10, f"peak {peak} B for {queued} B queued"
 
 
 def test_invalid_sweep_settings(ctx: dict[str, Any], redis_client: redis.Redis) -> None:

@@ -159,7 +159,9 @@ class CelerySender:
         self.app = app
 
     def send(self, queue: str, task: str, payload: Mapping[str, Any]) -> None:
-        self.app.send_task(task, args=[dict(payload)], queue=queue)
+        # The intake never reads a unit's result: a Redis result backend would otherwise
+        # subscribe this process to one channel per document, for good.
+        self.app.send_task(task, args=[dict(payload)], queue=queue, ignore_result=True)
 
 
 @dataclass

@@ -8,16 +8,23 @@ celery/celery#7950). Sidekiq sells "reliable fetch" for the same hole.
 
 tidegate closes it from the outside. Every tracked publish records the unit here
 (idempotency key → task, arguments, queue and the task id of its current message);
-settling it — delivered, dead-lettered — removes the record. An orphan sweep
-(:mod:`tidegate.integrations.celery.sweep`) compares the records with one atomic
-snapshot of the broker's lists, its ``unacked`` hash and the parking lot: a unit
-whose message is in none of them for ``misses`` sweeps in a row is republished. The
-snapshot is one ``MULTI``, and kombu's own in-between states (popped but not yet in
-``unacked``, taken out of ``unacked`` but not yet pushed back) last microseconds unless
-the process dies there, so a live message is not missing for two sweeps (30 s apart by
-default). Were one republished anyway, the copy that runs second finds the delivery
-ledger at ``delivered`` or ``sending`` and does not send blindly; only two copies
-running at the very same moment could both send, under the same idempotency key.
+settling it — delivered, dead-lettered — removes the record. Every worker main
+process beats (:meth:`Outstanding.beat`); a worker silent for longer than a few beats
+died without a clean shutdown, and only then is there anything to look for: its death
+*arms* a few orphan sweeps (:mod:`tidegate.integrations.celery.sweep`). In normal
+operation the sweep costs one small Redis call per interval, whatever the backlog.
+
+An armed sweep reads the broker's lists, its ``unacked`` hash and the parking lot in
+bounded pages into a scratch set in Redis, then walks the records in pages against
+it: a unit whose message is in none of them for ``misses`` sweeps in a row is
+republished. Reading order makes the pages safe without one atomic snapshot: a message
+only moves from a list to ``unacked`` (read after the lists) while the sweep reads,
+and a unit published after its list was read is missing once, not twice. kombu's own
+in-between states (popped but not yet in ``unacked``) last microseconds unless the
+process dies there. Were a live unit republished anyway, the copy that runs second
+finds the delivery ledger at ``delivered`` or ``sending`` and does not send blindly;
+only two copies running at the very same moment could both send, under the same
+idempotency key.
 
 The records hold the unit's arguments, so a backlog takes about twice its size in
 Redis while it drains; a record is removed as soon as its unit settles.
@@ -26,13 +33,13 @@ Redis while it drains; a record is removed as soon as its unit settles.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 
-from tidegate._redis import map_redis_errors
+from tidegate._redis import lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.logging import get_logger
@@ -131,6 +138,63 @@ class Outstanding:
         self.units_key = f"{base}:units"
         self.misses_key = f"{base}:misses"
         self.lock_key = f"{base}:sweep-lock"
+        self.workers_key = f"{base}:workers"
+        self.armed_key = f"{base}:armed"
+        self.present_key = f"{base}:present"
+        self.queues_key = f"{base}:queues"
+        self._beat = client.register_script(lua_script("worker_beat", "tidegate.load"))
+        self._take = client.register_script(lua_script("sweep_take", "tidegate.load"))
+
+    def beat(
+        self, worker: str, *, dead_after_s: float, arm_sweeps: int, now_ms: float | None = None
+    ) -> int:
+        """Record that ``worker`` is alive; arm ``arm_sweeps`` sweeps if another worker
+        has been silent for ``dead_after_s``. Returns how many dead workers were found."""
+        args: list[str | int | float] = [
+            worker,
+            int(dead_after_s * 1000),
+            arm_sweeps,
+            "" if now_ms is None else now_ms,
+        ]
+        with map_redis_errors("worker beat"):
+            return int(self._beat([self.workers_key, self.armed_key], args))
+
+    def retire(self, worker: str) -> None:
+        """``worker`` stops cleanly: its silence is no death."""
+        with map_redis_errors("worker retire"):
+            self.client.zrem(self.workers_key, worker)
+
+    def arm(self, sweeps: int) -> None:
+        """Arm ``sweeps`` sweeps now (an operator who knows a worker died)."""
+        with map_redis_errors("arm sweep"):
+            self.client.set(self.armed_key, sweeps)
+
+    def take_armed_sweep(self) -> bool:
+        """Use one armed sweep; False when none is armed (and the miss counts are gone)."""
+        with map_redis_errors("take sweep"):
+            return int(self._take([self.armed_key, self.misses_key], [])) > 0
+
+    def iter_pages(self, page: int) -> Iterator[list[OutstandingUnit]]:
+        """Every record, ``page`` at a time (HSCAN: never the whole registry at once)."""
+        cursor = 0
+        while True:
+            with map_redis_errors("outstanding scan"):
+                cursor, raw = cast(
+                    "tuple[int, dict[bytes, bytes]]",
+                    self.client.hscan(self.units_key, cursor, count=page),
+                )
+            if raw:
+                yield self.parse_units(raw)
+            if cursor == 0:
+                return
+
+    def misses_of(self, keys: list[str]) -> dict[str, int]:
+        """The stored miss counts of ``keys`` (absent keys have none)."""
+        if not keys:
+            return {}
+        with map_redis_errors("outstanding misses"):
+            values = cast("list[bytes | None]", self.client.hmget(self.misses_key, keys))
+        return {k: int(v) for k, v in zip(keys, values, strict=True) if v is not None}
 
     def record(self, unit: OutstandingUnit) -> None:
         """Remember ``unit`` (replacing an older record of its key: a new message)."""
@@ -138,7 +202,14 @@ class Outstanding:
             pipe = self.client.pipeline(transaction=True)
             pipe.hset(self.units_key, unit.key, unit.to_json())
             pipe.hdel(self.misses_key, unit.key)
+            pipe.sadd(self.queues_key, unit.queue)
             pipe.execute()
+
+    def queues(self) -> list[str]:
+        """Every queue a recorded unit was published to (a handful of names)."""
+        with map_redis_errors("outstanding queues"):
+            names = cast("set[bytes]", self.client.smembers(self.queues_key))
+        return sorted(name.decode() for name in names)
 
     def settle(self, key: str) -> None:
         """Forget ``key``: it was delivered or dead-lettered."""

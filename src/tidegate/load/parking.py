@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -94,19 +94,27 @@ class ParkingLot:
             pipe.hdel(self._envelopes, message_id)
             pipe.execute()
 
-    def parked_keys(self) -> set[str]:
-        """The idempotency keys (envelope ``"key"``) of every parked message."""
-        with map_redis_errors("parked keys"):
-            raws = self.client.hvals(self._envelopes)
-        keys = set()
-        for raw in raws:
-            try:
-                key = json.loads(raw).get("key")
-            except (ValueError, AttributeError):
-                continue
-            if key is not None:
-                keys.add(str(key))
-        return keys
+    def iter_keys(self, page: int) -> Iterator[list[str]]:
+        """The idempotency keys of the parked messages, ``page`` envelopes at a time."""
+        cursor = 0
+        while True:
+            with map_redis_errors("parked keys"):
+                cursor, raws = cast(
+                    "tuple[int, dict[bytes, bytes]]",
+                    self.client.hscan(self._envelopes, cursor, count=page),
+                )
+            keys = []
+            for raw in raws.values():
+                try:
+                    key = json.loads(raw).get("key")
+                except (ValueError, AttributeError):
+                    continue
+                if key is not None:
+                    keys.append(str(key))
+            if keys:
+                yield keys
+            if cursor == 0:
+                return
 
     def depth(self) -> int:
         """Messages parked or being moved (not yet republished)."""

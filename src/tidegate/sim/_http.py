@@ -89,6 +89,7 @@ class SimHTTPServer(ThreadingHTTPServer):
             name=f"tidegate-sim-{self.sim.kind}-handler",
             daemon=True,
         )
+        handler.tidegate_sim = self.sim  # type: ignore[attr-defined]  # whose handler it is
         with self._connections_lock:
             self._handlers.add(handler)
         handler.start()

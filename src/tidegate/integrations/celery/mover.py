@@ -65,6 +65,9 @@ class ParkingMover:
                 args=env.get("args", []),
                 kwargs=env.get("kwargs", {}),
                 queue=env.get("queue"),
+                # Nobody reads a moved unit's result; with a Redis result backend, asking
+                # for it would subscribe this process to one more channel per message.
+                ignore_result=True,
                 headers={
                     ATTEMPT_HEADER: int(env.get("attempt", 0)),
                     REPLAY_HEADER: int(env.get("replay", 0)),
@@ -84,11 +87,12 @@ class ParkingMover:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                if self.move_once() >= self.batch:
+                moved = self.move_once()
+                if self.sweep is not None:
+                    self.sweep.maybe_sweep()  # beats even while the lot is busy
+                if moved >= self.batch:
                     continue
                 due_in = self.lot.next_due_in_s()
-                if self.sweep is not None:
-                    self.sweep.maybe_sweep()
             except BackendError:
                 log.warning("parking_mover_backend_error")
                 due_in = None
@@ -105,6 +109,12 @@ class ParkingMover:
         return self
 
     def stop(self) -> None:
+        """Stop the thread; a clean stop retires this worker from the sweep's roll."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self.sweep is not None:
+            try:
+                self.sweep.retire()
+            except BackendError:
+                log.warning("worker_retire_failed")

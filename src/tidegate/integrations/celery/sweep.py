@@ -7,16 +7,22 @@ SIGKILLed between kombu's ``BRPOP`` and its ``unacked`` write loses that message
   idempotency key (``before_task_publish``, in whatever process publishes: the
   intake, a worker's aggregate, the parking mover). ``setup()`` turns it on for an
   app's :class:`GatedTask` tasks; a separate producer app calls it itself.
-- :class:`OrphanSweep` runs in every worker's mover thread; a Redis lock lets one of
-  them sweep per interval. It reads the broker's queue lists and ``unacked`` hash in
-  one ``MULTI`` and republishes a unit whose message has been missing for
-  ``misses`` sweeps in a row (event ``orphan_republished``).
+- :class:`OrphanSweep` runs in every worker's mover thread. Each worker beats; when
+  one falls silent without a clean shutdown (a SIGKILLed main process), its death
+  arms ``misses + 1`` sweeps (event ``orphan_sweep_armed``), and a Redis lock lets one
+  worker sweep per interval. An armed sweep reads the broker's queue lists, its
+  ``unacked`` hash and the parking lot in pages of :data:`SWEEP_PAGE` into a scratch
+  set in Redis, walks the records in pages against it, and republishes a unit whose
+  message has been missing for ``misses`` sweeps in a row (event
+  ``orphan_republished``). No Redis command it sends and no Python object it holds
+  grows with the backlog; unarmed, it costs one small Redis call per interval.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 import uuid
@@ -37,12 +43,23 @@ from tidegate.load.outstanding import (
 )
 from tidegate.logging import get_logger
 
-__all__ = ["DEFAULT_SWEEP_INTERVAL_S", "OrphanSweep", "track_publishes"]
+__all__ = [
+    "DEFAULT_BEAT_S",
+    "DEFAULT_SWEEP_INTERVAL_S",
+    "SWEEP_PAGE",
+    "OrphanSweep",
+    "track_publishes",
+]
 
 log = get_logger("tidegate.celery")
 
 #: Seconds between two sweeps of the fleet (``TIDEGATE_SWEEP_INTERVAL_S``).
 DEFAULT_SWEEP_INTERVAL_S = 30.0
+#: Seconds between two beats of a worker; five missed beats make it dead.
+DEFAULT_BEAT_S = 2.0
+#: Messages or records read per Redis command: bounds each command's time and the
+#: sweeping worker's memory, whatever the backlog.
+SWEEP_PAGE = 500
 
 _TRACKERS: dict[tuple[int, str], Any] = {}
 _TRACKERS_LOCK = threading.Lock()
@@ -147,6 +164,9 @@ class OrphanSweep:
             prefix) and a client to its Redis database.
         interval_s: seconds between sweeps, fleet-wide.
         misses: consecutive sweeps a message must be missing.
+        beat_s: seconds between this worker's beats; a worker silent for five beats
+            counts as dead.
+        page: messages or records per Redis command.
     """
 
     def __init__(
@@ -159,11 +179,17 @@ class OrphanSweep:
         broker: RedisDepthProbe,
         interval_s: float = DEFAULT_SWEEP_INTERVAL_S,
         misses: int = DEFAULT_MISSES,
+        beat_s: float = DEFAULT_BEAT_S,
+        page: int = SWEEP_PAGE,
     ) -> None:
         if not interval_s > 0:
             raise ConfigurationError(f"interval_s must be > 0, got {interval_s!r}")
         if misses < 1:
             raise ConfigurationError(f"misses must be >= 1, got {misses!r}")
+        if not beat_s > 0:
+            raise ConfigurationError(f"beat_s must be > 0, got {beat_s!r}")
+        if page < 1:
+            raise ConfigurationError(f"page must be >= 1, got {page!r}")
         self.app = app
         self.outstanding = outstanding
         self.ledger = ledger
@@ -171,8 +197,12 @@ class OrphanSweep:
         self.broker = broker
         self.interval_s = interval_s
         self.misses = misses
+        self.beat_s = beat_s
+        self.page = page
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._token = uuid.uuid4().hex
         self._next = 0.0
+        self._next_beat = 0.0
 
     @classmethod
     def for_app(cls, app: Celery, outstanding: Outstanding, **kwargs: Any) -> OrphanSweep | None:
@@ -185,10 +215,33 @@ class OrphanSweep:
         broker = RedisDepthProbe.from_url(url, transport_options=app.conf.broker_transport_options)
         return cls(app, outstanding, broker=broker, interval_s=interval, **kwargs)
 
+    @property
+    def dead_after_s(self) -> float:
+        """Silence after which a worker counts as dead."""
+        return 5 * self.beat_s
+
+    def beat(self) -> int:
+        """Say this worker is alive; arm the sweep if another one died. Returns how
+        many dead workers this beat found."""
+        dead = self.outstanding.beat(
+            self.worker, dead_after_s=self.dead_after_s, arm_sweeps=self.misses + 1
+        )
+        if dead:
+            log.warning("orphan_sweep_armed", dead_workers=dead, sweeps=self.misses + 1)
+        return dead
+
+    def retire(self) -> None:
+        """This worker stops cleanly: its silence must not arm a sweep."""
+        self.outstanding.retire(self.worker)
+
     def maybe_sweep(self, now: float | None = None) -> int:
-        """Sweep if this process's interval has passed and no other worker holds the
-        fleet's turn; returns how many units were republished."""
+        """Beat when due; sweep if this process's interval has passed, a sweep is armed
+        and no other worker holds the fleet's turn. Returns how many units were
+        republished."""
         now = time.monotonic() if now is None else now
+        if now >= self._next_beat:
+            self._next_beat = now + self.beat_s
+            self.beat()
         if now < self._next:
             return 0
         self._next = now + self.interval_s
@@ -199,74 +252,133 @@ class OrphanSweep:
                 nx=True,
                 px=max(1, int(self.interval_s * 900)),
             )
-        return self.sweep_once() if turn else 0
+        if not turn or not self.outstanding.take_armed_sweep():
+            return 0
+        return self.sweep_once()
 
-    def _present_ids(self, queues: Iterable[str]) -> set[str]:
-        """Message ids in the queues and in ``unacked``, read in one MULTI."""
-        lists = [key for queue in sorted(set(queues)) for key in self.broker.list_keys(queue)]
-        with map_redis_errors("sweep snapshot"):
-            pipe = self.broker.client.pipeline(transaction=True)
-            for name in lists:
-                pipe.lrange(name, 0, -1)
-            pipe.hvals(self.broker.unacked_hash)
-            *queued, unacked = pipe.execute()
-        # One message parsed at a time and dropped: holding 10,000 parsed messages at
-        # once doubles the sweep's time in garbage-collector passes.
-        ids = {i for items in queued for raw in items if (i := _message_id(_loads(raw)))}
-        for raw in unacked:  # kombu's entry: [message, exchange, routing_key]
-            entry = _loads(raw)
-            if isinstance(entry, list) and entry and (i := _message_id(entry[0])):
-                ids.add(i)
-        return ids
+    def _collect_present(self) -> None:
+        """Fill the scratch set: ``t:<task id>`` of every message in the broker's lists
+        and ``unacked``, ``k:<key>`` of every parked unit.
+
+        Lists first, ``unacked`` second: a message moving from one to the other while
+        the pages are read is seen in at least one of them.
+        """
+        scratch, client = self.outstanding.present_key, self.outstanding.client
+        with map_redis_errors("sweep scratch"):
+            client.delete(scratch)
+        for queue in self.outstanding.queues():
+            for name in self.broker.list_keys(queue):
+                start = 0
+                while True:
+                    with map_redis_errors("sweep read queue"):
+                        items = cast(
+                            "list[bytes]",
+                            self.broker.client.lrange(name, start, start + self.page - 1),
+                        )
+                    self._add_present("t:", (i for raw in items if (i := _message_id(_loads(raw)))))
+                    if len(items) < self.page:
+                        break
+                    start += self.page
+        cursor = 0
+        while True:
+            with map_redis_errors("sweep read unacked"):
+                cursor, entries = cast(
+                    "tuple[int, dict[bytes, bytes]]",
+                    self.broker.client.hscan(self.broker.unacked_hash, cursor, count=self.page),
+                )
+            ids = []
+            for raw in entries.values():  # kombu's entry: [message, exchange, routing_key]
+                entry = _loads(raw)
+                if isinstance(entry, list) and entry and (i := _message_id(entry[0])):
+                    ids.append(i)
+            self._add_present("t:", ids)
+            if cursor == 0:
+                break
+        for keys in self.parking.iter_keys(self.page):
+            self._add_present("k:", keys)
+
+    def _add_present(self, kind: str, values: Iterable[str]) -> None:
+        members = [kind + value for value in values]
+        if members:
+            with map_redis_errors("sweep scratch"):
+                pipe = self.outstanding.client.pipeline(transaction=False)
+                pipe.sadd(self.outstanding.present_key, *members)
+                # A sweeper that dies mid-way must not leave the scratch set behind.
+                pipe.pexpire(self.outstanding.present_key, max(1, int(self.interval_s * 2000)))
+                pipe.execute()
+
+    def _split_present(
+        self, units: list[OutstandingUnit]
+    ) -> tuple[set[str], set[str], list[OutstandingUnit]]:
+        """Which of ``units`` have their message in the broker, which are parked, and
+        which of the missing were not yet counted in this sweep (a scan may repeat)."""
+        scratch = self.outstanding.present_key
+        with map_redis_errors("sweep check"):
+            pipe = self.outstanding.client.pipeline(transaction=False)
+            pipe.smismember(scratch, [f"t:{u.task_id}" for u in units])
+            pipe.smismember(scratch, [f"k:{u.key}" for u in units])
+            queued, parked = pipe.execute()
+        present = {u.task_id for u, hit in zip(units, queued, strict=True) if hit}
+        parked_keys = {u.key for u, hit in zip(units, parked, strict=True) if hit}
+        missing = [u for u in units if u.task_id not in present and u.key not in parked_keys]
+        if missing:
+            # HSCAN may return a record twice while the hash is resized: count it once.
+            with map_redis_errors("sweep check"):
+                pipe = self.outstanding.client.pipeline(transaction=False)
+                for unit in missing:
+                    pipe.sadd(scratch, f"s:{unit.key}")
+                fresh = pipe.execute()
+            missing = [u for u, new in zip(missing, fresh, strict=True) if new]
+        return present, parked_keys, missing
 
     def sweep_once(self) -> int:
-        """One look at every outstanding unit; returns how many were republished."""
-        client = self.outstanding.client
-        with map_redis_errors("sweep read"):
-            records = cast("dict[bytes, bytes]", client.hgetall(self.outstanding.units_key))
-            counted = cast("dict[bytes, bytes]", client.hgetall(self.outstanding.misses_key))
-        misses = {k.decode(): int(v) for k, v in counted.items()}
-        units = Outstanding.parse_units(records)
-        if not units:
-            if misses:
-                with map_redis_errors("sweep cleanup"):
-                    client.delete(self.outstanding.misses_key)
-            return 0
-        present = self._present_ids(u.queue for u in units)
-        parked = self.parking.parked_keys()
-        verdict = find_orphans(
-            units,
-            present_task_ids=present,
-            parked_keys=parked,
-            misses=misses,
-            threshold=self.misses,
-        )
-        back = [u.key for u in units if u.key in misses and u.key not in verdict.misses]
-        stale = [k for k in misses if k.encode() not in records]
-        self.outstanding.store_misses(verdict, present=[*back, *stale])
+        """One look at every outstanding unit, page by page; returns how many were
+        republished."""
+        self._collect_present()
         republished = 0
-        for unit in verdict.orphans:
-            if self.ledger.state(self._downstream(unit), unit.key) is DeliveryState.DELIVERED:
-                self.outstanding.settle(unit.key)
-                continue
-            result = self.app.send_task(
-                unit.task, args=unit.args, kwargs=unit.kwargs, queue=unit.queue
-            )
-            self.outstanding.record(
-                OutstandingUnit(
-                    unit.key, unit.task, str(result.id), unit.queue, unit.args, unit.kwargs
+        try:
+            for page in self.outstanding.iter_pages(self.page):
+                present, parked, missing = self._split_present(page)
+                here = [u for u in page if u.task_id in present or u.key in parked]
+                misses = self.outstanding.misses_of([u.key for u in [*missing, *here]])
+                verdict = find_orphans(
+                    [*missing, *(u for u in here if u.key in misses)],
+                    present_task_ids=present,
+                    parked_keys=parked,
+                    misses=misses,
+                    threshold=self.misses,
                 )
-            )
-            republished += 1
-            log.warning(
-                "orphan_republished",
-                key=unit.key,
-                task=unit.task,
-                queue=unit.queue,
-                lost_task_id=unit.task_id,
-                task_id=str(result.id),
-            )
+                back = [u.key for u in here if u.key in misses]
+                if back or verdict.misses:
+                    self.outstanding.store_misses(verdict, present=back)
+                for unit in verdict.orphans:
+                    republished += self._republish(unit)
+        finally:
+            with map_redis_errors("sweep scratch"):
+                self.outstanding.client.unlink(self.outstanding.present_key)
         return republished
+
+    def _republish(self, unit: OutstandingUnit) -> int:
+        if self.ledger.state(self._downstream(unit), unit.key) is DeliveryState.DELIVERED:
+            self.outstanding.settle(unit.key)
+            return 0
+        # tidegate never reads a republished unit's result: without ignore_result a
+        # Redis result backend subscribes to every one of them, for good.
+        result = self.app.send_task(
+            unit.task, args=unit.args, kwargs=unit.kwargs, queue=unit.queue, ignore_result=True
+        )
+        self.outstanding.record(
+            OutstandingUnit(unit.key, unit.task, str(result.id), unit.queue, unit.args, unit.kwargs)
+        )
+        log.warning(
+            "orphan_republished",
+            key=unit.key,
+            task=unit.task,
+            queue=unit.queue,
+            lost_task_id=unit.task_id,
+            task_id=str(result.id),
+        )
+        return 1
 
     def _downstream(self, unit: OutstandingUnit) -> str:
         task = self.app.tasks.get(unit.task)
