@@ -101,11 +101,13 @@ class FiniteFloat(click.FloatRange):
 def bad_option(exc: ConfigurationError, flags: dict[str, str]) -> click.BadParameter:
     """A usage error naming the flag the operator typed (``--lease-s``) for a library
     error that names the field (``lease_s``) or the environment variable."""
+    names = sorted(flags, key=len, reverse=True)
+    pattern = re.compile(r"\b(" + "|".join(re.escape(name) for name in names) + r")\b")
     message = str(exc)
-    hint = [flag for name, flag in flags.items() if re.search(rf"\b{re.escape(name)}\b", message)]
-    for name, flag in flags.items():
-        message = re.sub(rf"\b{re.escape(name)}\b", flag, message)
-    return click.BadParameter(message, param_hint=hint or None)
+    hint = sorted({flags[found] for found in pattern.findall(message)})
+    return click.BadParameter(
+        pattern.sub(lambda match: flags[match.group(1)], message), param_hint=hint or None
+    )
 
 
 _URL_HELP = (
