@@ -144,3 +144,16 @@ def test_split_human_and_errors() -> None:
     code, output = run("split", "--json", str(FIXTURES / "not_edifact.txt"))
     assert code == 1
     assert "not start with UNA, UNB or UNH" in output
+
+
+def test_split_table_shows_whole_keys() -> None:
+    """Each unit's idempotency key is printed whole, so it can be pasted into `dlq show`."""
+    path = str(FIXTURES / "ifcsum_bl_sources.edi")
+    _, raw = run("split", "--json", path)
+    code, output = run("split", path)
+
+    keys = [unit["idempotency_key"] for unit in json.loads(raw)]
+    assert code == 0
+    assert len(set(keys)) == len(keys) == 4
+    for key in keys:
+        assert key in output.split()

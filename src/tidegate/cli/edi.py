@@ -146,7 +146,7 @@ def split(file: Path, as_json: bool, raw: bool) -> None:
             unit.bl_number or "-",
             unit.bl_source or "-",
             " ".join(c.normalised for c in unit.containers) or "-",
-            unit.idempotency_key[:12],
+            unit.idempotency_key,
             f"[red]{unit.dead_letter_reason}[/red]" if unit.dead_letter_reason else "",
         )
     print_table(out, table)
