@@ -273,6 +273,10 @@ class Gate(SyncControl):
 
         Returns:
             Seconds until the pause (possibly an existing, longer one) ends.
+
+        Raises:
+            ConfigurationError: ``seconds`` is not in (0, :data:`MAX_PAUSE_S`]; nothing
+                is written.
         """
         until_ms, extended = self.backend.pause(self.limit.keys, _pause_ms(seconds), reason)
         _log_pause(self.name, seconds, reason, until_ms, extended)
@@ -291,7 +295,12 @@ class Gate(SyncControl):
         concurrency: int | None = None,
         lease_s: float | None = None,
     ) -> GateState:
-        """Retune the running fleet; values are validated against the current policy."""
+        """Retune the running fleet; values are validated against the current policy.
+
+        Raises:
+            ConfigurationError: nothing to change, or a value outside its range (see
+                :class:`~tidegate.settings.GatePolicy`); nothing is written.
+        """
         values = _changes(self.state().policy, rate, burst, concurrency, lease_s)
         self.backend.write_config(self.limit.keys, values)
         log.warning("downstream_gate_configured", downstream=self.name, **values)
