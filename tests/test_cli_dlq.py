@@ -101,3 +101,78 @@ def test_expire_applies_retention_and_reports(
     assert letters.get("ancient") is None
     assert len(letters) == 3
     assert letters.stats()["expired_total"] == 1
+
+
+#: Three VERMAS keys that agree on far more than 16 characters, and a 64-character B/L key.
+LONG_KEYS = (
+    "vermas:HLCU:2026-12-01:MSCU1234565:0001",
+    "vermas:HLCU:2026-12-01:MSCU1234565:0002",
+    "vermas:HLCU:2026-12-01:TGHU9876543:0001",
+    "bl:" + "HLCUHAM" + "0123456789" * 5 + "ABCD",
+)
+
+
+@pytest.fixture
+def long_keys(redis_client: redis.Redis, prefix: str) -> DeadLetterQueue:
+    dlq = DeadLetterQueue(redis_client, prefix=prefix)
+    for key in LONG_KEYS:
+        dlq.add(DeadLetter(key=key, task="edi.customs.declare", reason="HTTP 422"))
+    return dlq
+
+
+def test_ls_table_shows_every_key_whole(
+    redis_url: str, prefix: str, long_keys: DeadLetterQueue
+) -> None:
+    """Keys that share a long start stay distinct, and each can be copied from the table."""
+    code, out = run(redis_url, prefix, "ls")
+
+    assert code == 0
+    assert len(LONG_KEYS[3]) == 64
+    for key in LONG_KEYS:
+        (row,) = [line for line in out.splitlines() if line.split()[:1] == [key]]
+        assert "HTTP 422" in row
+
+
+def test_show_takes_a_unique_start_of_a_key_and_refuses_an_ambiguous_one(
+    redis_url: str, prefix: str, long_keys: DeadLetterQueue
+) -> None:
+    """`show` finds a record by a unique prefix; an ambiguous one lists the candidates."""
+    code, out = run(redis_url, prefix, "show", "vermas:HLCU:2026-12-01:TGHU")
+    ambiguous_code, ambiguous = run(redis_url, prefix, "show", "vermas:HLCU:2026-12-01:MSCU")
+
+    assert code == 0
+    assert json.loads(out)["key"] == LONG_KEYS[2]
+    assert ambiguous_code == 1
+    assert "2 dead letters have a key starting with" in ambiguous
+    assert LONG_KEYS[0] in ambiguous
+    assert LONG_KEYS[1] in ambiguous
+
+
+def test_the_prefix_comes_from_the_environment_too(
+    redis_url: str, prefix: str, letters: DeadLetterQueue
+) -> None:
+    """TIDEGATE_PREFIX addresses the fleet as it does for every other command."""
+    result = CliRunner().invoke(
+        cli,
+        ["dlq", "ls", "--json"],
+        env={"TIDEGATE_REDIS_URL": redis_url, "TIDEGATE_PREFIX": prefix},
+    )
+
+    assert result.exit_code == 0, result.output
+    assert [x["key"] for x in json.loads(result.stdout)] == ["key-0", "key-1", "key-2"]
+
+
+@pytest.mark.parametrize("rate", ["nan", "inf", "-inf", "1e308", "0"])
+def test_replay_rate_out_of_range_is_a_usage_error(
+    redis_url: str, prefix: str, letters: DeadLetterQueue, rate: str
+) -> None:
+    """`dlq replay --rate nan|inf` is refused by the option, before anything is replayed."""
+    result = CliRunner().invoke(
+        cli,
+        ["dlq", "replay", "--rate", rate, "--prefix", prefix],
+        env={"TIDEGATE_REDIS_URL": redis_url},
+    )
+
+    assert result.exit_code == 2
+    assert "--rate" in result.output
+    assert [x.replays for x in letters.iter()] == [0, 0, 0]

@@ -24,8 +24,17 @@ __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_LEASE_S",
     "DEFAULT_RATE",
+    "MAX_BURST",
+    "MAX_CONCURRENCY",
+    "MAX_LEASE_S",
+    "MAX_PAUSE_S",
+    "MAX_RATE",
+    "MIN_LEASE_S",
+    "MIN_RATE",
+    "PREFIX_PATTERN",
     "GatePolicy",
     "Settings",
+    "check_range",
     "gate_policy_from_env",
 ]
 
@@ -40,6 +49,27 @@ DEFAULT_CONCURRENCY = 0
 #: is reclaimed, in seconds.
 DEFAULT_LEASE_S = 30.0
 
+# The ranges below are what the Lua scripts and the GCRA maths stay exact in (ms since
+# the epoch as doubles, PEXPIRE integers): a value outside them is an operator's typo,
+# not a policy, and it is refused before anything is written.
+
+#: Slowest sustained rate, admissions per second (one every ~2.8 hours).
+MIN_RATE = 1e-4
+#: Fastest sustained rate, admissions per second (the in-process overhead benchmark).
+MAX_RATE = 1e6
+#: Largest burst, tokens.
+MAX_BURST = 1_000_000
+#: Largest concurrency cap, calls in flight fleet-wide.
+MAX_CONCURRENCY = 1_000_000
+#: Shortest lease, seconds: a holder must be able to renew it at all.
+MIN_LEASE_S = 0.01
+#: Longest lease, seconds (a day): how long a killed holder's slot may stay taken.
+MAX_LEASE_S = 86_400.0
+#: Longest fleet-wide pause, seconds (a week); ``tidegate gate resume`` ends one sooner.
+MAX_PAUSE_S = 604_800.0
+#: What a key prefix may contain (it is part of every Redis key and SCAN pattern).
+PREFIX_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+
 
 class Settings(BaseSettings):
     """Process-wide settings. Every field maps to ``TIDEGATE_<FIELD>``."""
@@ -49,16 +79,33 @@ class Settings(BaseSettings):
     #: Redis for gate state, parking, DLQ and quarantine. Unset: the embedded server.
     redis_url: SecretStr | None = None
     #: Prefix of every Redis key tidegate writes (one fleet, one prefix).
-    prefix: str = Field(default="tidegate", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    prefix: str = Field(default="tidegate", min_length=1, pattern=PREFIX_PATTERN)
     log_level: str = "INFO"
     #: Admit work when Redis is unreachable (``True``) or refuse it (``False``, default).
     fail_open: bool = False
 
 
-def _positive_float(name: str, value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be a finite number > 0, got {value!r}")
+def check_range(name: str, value: float, low: float, high: float) -> float:
+    """``value`` if it is a finite number in ``[low, high]``; else a ConfigurationError
+    naming ``name`` and the range, so the caller never writes a value the fleet cannot use.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ConfigurationError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
     return value
+
+
+def _check_whole(name: str, value: object, low: int, high: int, note: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(
+            f"{name} must be an integer in [{low}, {high}]{note}, got {value!r}"
+        )
+    if not math.isfinite(value) or int(value) != value or not low <= value <= high:
+        raise ConfigurationError(
+            f"{name} must be an integer in [{low}, {high}]{note}, got {value!r}"
+        )
+    return int(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +113,16 @@ class GatePolicy:
     """The shape of one downstream: sustained rate, burst, concurrency cap, lease.
 
     Args:
-        rate: sustained admissions per second (> 0, finite).
-        burst: admissions allowed back to back (>= 1).
-        concurrency: calls in flight at once across the fleet; 0 means no cap.
-        lease_s: how long a concurrency slot survives a holder that stopped renewing.
+        rate: sustained admissions per second, in [:data:`MIN_RATE`, :data:`MAX_RATE`].
+        burst: admissions allowed back to back, in [1, :data:`MAX_BURST`].
+        concurrency: calls in flight at once across the fleet, in
+            [0, :data:`MAX_CONCURRENCY`]; 0 means no cap.
+        lease_s: how long a concurrency slot survives a holder that stopped renewing,
+            in [:data:`MIN_LEASE_S`, :data:`MAX_LEASE_S`].
+
+    Raises:
+        ConfigurationError: a value outside its range, NaN or infinite; the message
+            names the field and the range.
 
     Warning:
         A quota printed as "30 per minute" is usually enforced as a small per-second
@@ -83,18 +136,10 @@ class GatePolicy:
     lease_s: float = DEFAULT_LEASE_S
 
     def __post_init__(self) -> None:
-        _positive_float("rate", float(self.rate))
-        if isinstance(self.burst, bool) or int(self.burst) != self.burst or self.burst < 1:
-            raise ConfigurationError(f"burst must be an integer >= 1, got {self.burst!r}")
-        if (
-            isinstance(self.concurrency, bool)
-            or int(self.concurrency) != self.concurrency
-            or self.concurrency < 0
-        ):
-            raise ConfigurationError(
-                f"concurrency must be an integer >= 0 (0 = no cap), got {self.concurrency!r}"
-            )
-        _positive_float("lease_s", float(self.lease_s))
+        check_range("rate", self.rate, MIN_RATE, MAX_RATE)
+        _check_whole("burst", self.burst, 1, MAX_BURST)
+        _check_whole("concurrency", self.concurrency, 0, MAX_CONCURRENCY, " (0 = no cap)")
+        check_range("lease_s", self.lease_s, MIN_LEASE_S, MAX_LEASE_S)
 
 
 def _env_number(env: Mapping[str, str], key: str) -> float | None:

@@ -2,11 +2,17 @@
 
 Each sub-module defines a click group or command and is registered here, so adding a
 command never means editing another command's module.
+
+One output convention for every command: what the operator asked for (a table, or JSON
+with ``--json``) goes to stdout and nothing else does; decision events (a retune, a
+pause, a purge) are JSON log lines on the log stream — stderr, or the file given with
+``--log-file`` — so a terminal shows the table alone and a script can parse stdout.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TextIO
 
 import click
 
@@ -25,11 +31,19 @@ __all__ = ["TidegateCLIError", "cli", "main"]
     show_default=True,
     envvar="TIDEGATE_LOG_LEVEL",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    help="JSON log lines on stderr at or above this level.",
+    help="Decision events (JSON lines) at or above this level go to the log stream.",
 )
-def cli(log_level: str) -> None:
+@click.option(
+    "--log-file",
+    type=click.File("a", encoding="utf-8", lazy=False),
+    envvar="TIDEGATE_LOG_FILE",
+    show_envvar=True,
+    default=None,
+    help="Append decision events here instead of stderr (an audit trail off the terminal).",
+)
+def cli(log_level: str, log_file: TextIO | None) -> None:
     """Flow control between a Celery/RQ fleet and slow downstreams."""
-    configure_logging(level=log_level, stream=sys.stderr)
+    configure_logging(level=log_level, stream=log_file if log_file is not None else sys.stderr)
 
 
 def _register() -> None:

@@ -99,7 +99,13 @@ def _report_table(report: dict[str, Any]) -> Group:
     show_default=True,
     help="bulk: consignments (B/Ls) in the manifest.",
 )
-@click.option("--interchanges", type=click.IntRange(1), default=2000, show_default=True)
+@click.option(
+    "--interchanges",
+    type=click.IntRange(1),
+    default=2000,
+    show_default=True,
+    help="vessel: interchanges in the berthing burst (with --chaos: the scenario size).",
+)
 @click.option(
     "--customs-rate",
     type=click.FloatRange(min=0.1),
@@ -135,7 +141,9 @@ def _report_table(report: dict[str, Any]) -> Group:
     show_default=True,
     help="overload: sheddable bulk documents.",
 )
-@click.option("--seed", type=int, default=7, show_default=True)
+@click.option(
+    "--seed", type=int, default=7, show_default=True, help="Seed of the generated documents."
+)
 @click.option(
     "--chaos",
     "chaos_kind",

@@ -1,4 +1,10 @@
-"""``tidegate dlq``: list, show, replay and purge dead letters."""
+"""``tidegate dlq``: list, show, replay and purge dead letters.
+
+Keys are printed whole: idempotency keys of the same kind share long prefixes (three
+VERMAS keys can agree on their first 16 characters) and a B/L key may be 64 characters,
+so a shortened key could neither be told apart nor pasted. ``show`` also takes a unique
+start of a key.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,11 @@ import click
 from rich.table import Table
 
 from tidegate.cli._common import (
+    FiniteFloat,
     TidegateCLIError,
+    connection_options,
     echo_json,
+    prefix_option,
     redis_client,
     redis_url_option,
     resolve_redis_url,
@@ -22,9 +31,10 @@ from tidegate.load.replay import DEFAULT_REPLAY_LIMIT, replay_dead_letters
 
 __all__ = ["dlq"]
 
-prefix_option = click.option(
-    "--prefix", default="tidegate", show_default=True, help="Key prefix of the fleet."
-)
+#: Fastest ``dlq replay --rate``: a replay feeds slow downstreams, it must never be a storm.
+MAX_REPLAY_RATE = 1000.0
+#: Most keys named in an "ambiguous key" error.
+_AMBIGUOUS_SHOWN = 5
 
 
 def _when(ts: float) -> str:
@@ -39,19 +49,24 @@ def dlq() -> None:
 @dlq.command(name="ls")
 @click.option("--reason", help="Only records whose reason contains this text.")
 @click.option("--batch", "batch_id", help="Only records of this manifest batch.")
-@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-@prefix_option
-@redis_url_option
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    help="Most records listed (oldest first).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@connection_options
 def ls(
     reason: str | None,
     batch_id: str | None,
     limit: int,
     as_json: bool,
-    prefix: str,
     redis_url: str | None,
+    prefix: str,
 ) -> None:
-    """List dead letters, oldest first (never their payload)."""
+    """List dead letters, oldest first, with their whole keys (never their payload)."""
     with redis_client(redis_url) as client:
         queue = DeadLetterQueue(client, prefix=prefix)
         letters = list(queue.iter(reason=reason, batch_id=batch_id, limit=limit))
@@ -64,7 +79,7 @@ def ls(
         table.add_column(column)
     for letter in letters:
         table.add_row(
-            letter.key[:16],
+            letter.key,
             letter.task,
             letter.reason,
             str(letter.attempts),
@@ -76,17 +91,32 @@ def ls(
     print_table(console(), table)
 
 
+def _find(queue: DeadLetterQueue, key: str) -> DeadLetter:
+    """The record with ``key``, else the one record whose key starts with ``key``."""
+    letter = queue.get(key)
+    if letter is not None:
+        return letter
+    matches = [found for found in queue.iter() if found.key.startswith(key)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise TidegateCLIError(f"no dead letter with key {key!r} (nor a key starting with it)")
+    shown = ", ".join(found.key for found in matches[:_AMBIGUOUS_SHOWN])
+    more = f" and {len(matches) - _AMBIGUOUS_SHOWN} more" if len(matches) > _AMBIGUOUS_SHOWN else ""
+    raise TidegateCLIError(
+        f"{len(matches)} dead letters have a key starting with {key!r} ({shown}{more}); "
+        "give more of the key"
+    )
+
+
 @dlq.command()
 @click.argument("key")
 @click.option("--payload", is_flag=True, help="Include the replay payload (may hold EDIFACT).")
-@prefix_option
-@redis_url_option
-def show(key: str, payload: bool, prefix: str, redis_url: str | None) -> None:
-    """Show one dead letter as JSON."""
+@connection_options
+def show(key: str, payload: bool, redis_url: str | None, prefix: str) -> None:
+    """Show one dead letter as JSON; KEY is its whole key or a unique start of it."""
     with redis_client(redis_url) as client:
-        letter = DeadLetterQueue(client, prefix=prefix).get(key)
-    if letter is None:
-        raise TidegateCLIError(f"no dead letter with key {key!r}")
+        letter = _find(DeadLetterQueue(client, prefix=prefix), key)
     shown: dict[str, Any] = letter.summary()
     if payload:
         shown["payload"] = letter.payload
@@ -105,7 +135,7 @@ def show(key: str, payload: bool, prefix: str, redis_url: str | None) -> None:
 @click.option("--batch", "batch_id", help="Only records of this manifest batch.")
 @click.option(
     "--rate",
-    type=click.FloatRange(min=0.01),
+    type=FiniteFloat(min=0.01, max=MAX_REPLAY_RATE),
     default=20.0,
     show_default=True,
     help="Records republished per second, fleet-wide (no replay storms).",
@@ -161,14 +191,13 @@ def replay(
 @dlq.command()
 @click.option(
     "--older-than-days",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True, max=36_500),
     required=True,
     help="Remove records first failed more than this many days ago.",
 )
 @click.option("--yes", is_flag=True, help="Confirm: expired records are deleted for good.")
-@prefix_option
-@redis_url_option
-def expire(older_than_days: float, yes: bool, prefix: str, redis_url: str | None) -> None:
+@connection_options
+def expire(older_than_days: float, yes: bool, redis_url: str | None, prefix: str) -> None:
     """Apply the retention: delete old records and report how many (asks for --yes)."""
     if not yes:
         raise TidegateCLIError("expire deletes dead letters for good; repeat with --yes")
@@ -181,9 +210,8 @@ def expire(older_than_days: float, yes: bool, prefix: str, redis_url: str | None
 
 @dlq.command()
 @click.option("--yes", is_flag=True, help="Confirm: this deletes every dead letter.")
-@prefix_option
-@redis_url_option
-def purge(yes: bool, prefix: str, redis_url: str | None) -> None:
+@connection_options
+def purge(yes: bool, redis_url: str | None, prefix: str) -> None:
     """Delete every dead letter (asks for --yes)."""
     if not yes:
         raise TidegateCLIError("purge deletes every dead letter for good; repeat with --yes")

@@ -2,8 +2,10 @@
 
 Thin on purpose: the reports are built by :mod:`tidegate.edi.inspect` and the units by
 :class:`tidegate.edi.Intake`; this module only renders them. ``inspect`` exits 0 when
-every file could be read as EDIFACT, findings or not, and 1 when any could not (its
-``error`` says why), so a script can tell "bad file" from "file with problems".
+every file was read and has no error finding; 1 when any file could not be read as
+EDIFACT (its ``error`` says why); 3 when every file was read but one has an error
+finding (its data may be wrong or incomplete) — so a script can tell "bad file" from
+"file with problems" and neither passes as clean. Warnings alone exit 0.
 """
 
 from __future__ import annotations
@@ -14,15 +16,22 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tidegate.cli._common import TidegateCLIError, echo_json
 from tidegate.cli._output import console, print_table
 from tidegate.edi import BLUnit, EdifactError, Intake, inspect_path, read_chunks
+from tidegate.edi.inspect import has_errors
 
-__all__ = ["edi"]
+__all__ = ["EXIT_ERROR_FINDINGS", "EXIT_UNREADABLE", "edi"]
 
-#: Findings shown per file in the human view; ``--json`` always has all of them.
+#: ``edi inspect``: a file could not be read as EDIFACT.
+EXIT_UNREADABLE = 1
+#: ``edi inspect``: every file was read, and one has an error-severity finding.
+EXIT_ERROR_FINDINGS = 3
+
+#: Groups of identical findings shown per file in the human view; ``--json`` has all.
 _SHOWN_FINDINGS = 40
 
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
@@ -38,7 +47,12 @@ def edi() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file, as an array.")
 @click.pass_context
 def inspect(ctx: click.Context, files: tuple[Path, ...], as_json: bool) -> None:
-    """Count interchanges, messages, consignments and containers; list findings."""
+    """Count interchanges, messages, consignments and containers; list findings, identical
+    ones once with a count.
+
+    Exit status: 0 clean (warnings allowed), 1 a file is not readable EDIFACT, 3 a file
+    has an error finding.
+    """
     reports = [inspect_path(path) for path in files]
     if as_json:
         echo_json(reports)
@@ -47,7 +61,9 @@ def inspect(ctx: click.Context, files: tuple[Path, ...], as_json: bool) -> None:
         for report in reports:
             _render_report(out, report)
     if any(report["error"] is not None for report in reports):
-        ctx.exit(1)
+        ctx.exit(EXIT_UNREADABLE)
+    if any(has_errors(report) for report in reports):
+        ctx.exit(EXIT_ERROR_FINDINGS)
 
 
 def _render_report(out: Console, report: dict[str, Any]) -> None:
@@ -78,23 +94,25 @@ def _render_report(out: Console, report: dict[str, Any]) -> None:
         or "none",
     )
     print_table(out, table)
-    if report["findings"]:
+    groups = report["finding_groups"]
+    if groups:
         findings = Table(show_lines=False)
-        for column in ("severity", "code", "segment", "offset", "message"):
+        for column in ("severity", "code", "count", "first segment", "offset", "message"):
             findings.add_column(column)
-        for finding in report["findings"][:_SHOWN_FINDINGS]:
-            style = _SEVERITY_STYLE.get(finding["severity"], "")
+        for group in groups[:_SHOWN_FINDINGS]:
+            style = _SEVERITY_STYLE.get(group["severity"], "")
             findings.add_row(
-                f"[{style}]{finding['severity']}[/{style}]",
-                finding["code"],
-                str(finding["segment_index"]),
-                str(finding["offset"]),
-                finding["message"],
+                f"[{style}]{group['severity']}[/{style}]",
+                group["code"],
+                str(group["count"]),
+                str(group["segment_index"]),
+                str(group["offset"]),
+                escape(group["message"]),
             )
         print_table(out, findings)
-        hidden = len(report["findings"]) - _SHOWN_FINDINGS
+        hidden = len(groups) - _SHOWN_FINDINGS
         if hidden > 0:
-            out.print(f"... {hidden} more findings (use --json for all)")
+            out.print(f"... {hidden} more kinds of finding (use --json for all)")
     out.print()
 
 
@@ -128,7 +146,7 @@ def split(file: Path, as_json: bool, raw: bool) -> None:
             unit.bl_number or "-",
             unit.bl_source or "-",
             " ".join(c.normalised for c in unit.containers) or "-",
-            unit.idempotency_key[:12],
+            unit.idempotency_key,
             f"[red]{unit.dead_letter_reason}[/red]" if unit.dead_letter_reason else "",
         )
     print_table(out, table)

@@ -1,59 +1,211 @@
-"""``tidegate gate``: look at and retune a downstream's fleet-wide gate while it runs."""
+"""``tidegate gate``: list, look at and retune a downstream's fleet-wide gate while it runs.
+
+Which gates exist: a gate exists when the fleet holds state or live config for it in
+Redis under ``--prefix`` (a value set with ``gate set``, a pause, held leases, a rate
+bucket in use), or when ``TIDEGATE_<NAME>_RATE`` / ``_BURST`` / ``_CONCURRENCY`` /
+``_LEASE_S`` configures it in this shell. Any other name is refused, so a typo never
+shows made-up defaults nor "resumes" a gate nobody has; ``--create`` on ``set`` and
+``pause`` starts a gate the fleet has not used yet.
+
+What ``show`` reports is what the fleet uses: a live value from Redis, else tidegate's
+built-in default — never this shell's own ``TIDEGATE_<NAME>_*`` defaults, which the
+workers may not share.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import click
+import redis
 from rich.table import Table
 
-from tidegate.cli._common import TidegateCLIError, echo_json, redis_client, redis_url_option
+from tidegate.cli._common import (
+    FiniteFloat,
+    TidegateCLIError,
+    bad_option,
+    connection_options,
+    echo_json,
+    redis_client,
+)
 from tidegate.cli._output import console, print_table
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate, GateState
+from tidegate.flow.gate import fleet_gate_names
+from tidegate.settings import (
+    MAX_BURST,
+    MAX_CONCURRENCY,
+    MAX_LEASE_S,
+    MAX_PAUSE_S,
+    MAX_RATE,
+    MIN_LEASE_S,
+    MIN_RATE,
+    GatePolicy,
+)
 
 __all__ = ["gate"]
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def _show(state: GateState) -> None:
-    table = Table(title=f"gate {state.name}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    over = set(state.overridden)
-    for key, value in state.as_dict().items():
-        if key in {"name", "overridden"}:
-            continue
-        mark = " (live override)" if key in over else ""
-        table.add_row(key, f"{value}{mark}")
+#: The policy fields and the ``gate set`` flag that changes each.
+_FLAGS = {
+    "rate": "--rate",
+    "burst": "--burst",
+    "concurrency": "--concurrency",
+    "lease_s": "--lease-s",
+}
+_LIVE = "live (set by gate set)"
+_DEFAULT = "default"
+_ENV_FIELDS = ("RATE", "BURST", "CONCURRENCY", "LEASE_S")
+
+_EXISTS_HELP = (
+    "A gate exists when the fleet holds state or live config for it under --prefix, "
+    "or when TIDEGATE_<NAME>_RATE/_BURST/_CONCURRENCY/_LEASE_S configures it in this shell."
+)
+
+
+def _fleet_gate(client: redis.Redis, name: str, prefix: str) -> Gate:
+    """The gate as the fleet sees it: built-in defaults, never this shell's environment."""
+    return Gate(client, name, policy=GatePolicy(), prefix=prefix)
+
+
+def _configured_here(name: str) -> bool:
+    stem = f"TIDEGATE_{name.upper().replace('-', '_').replace('.', '_')}_"
+    return any(os.environ.get(stem + field, "").strip() for field in _ENV_FIELDS)
+
+
+def _existing(client: redis.Redis, name: str, prefix: str, *, create: bool = False) -> Gate:
+    """The gate ``name``, or a clear refusal naming the known gates."""
+    found = _fleet_gate(client, name, prefix)
+    if create or found.in_use() or _configured_here(name):
+        return found
+    known = fleet_gate_names(client, prefix=prefix)
+    listed = ", ".join(known) if known else "none"
+    raise TidegateCLIError(
+        f"no gate {name!r} under prefix {prefix!r} (gates with state: {listed}); "
+        "check the name and --prefix, or see `tidegate gate ls`"
+    )
+
+
+def _sources(state: GateState) -> dict[str, str]:
+    live = set(state.overridden)
+    return {field: _LIVE if field in live else _DEFAULT for field in _FLAGS}
+
+
+def _as_json(state: GateState, prefix: str) -> dict[str, Any]:
+    return {**state.as_dict(), "prefix": prefix, "sources": _sources(state)}
+
+
+def _show(state: GateState, prefix: str) -> None:
+    table = Table(title=f"gate {state.name} (prefix {prefix})")
+    for column in ("field", "value", "source"):
+        table.add_column(column)
+    sources = _sources(state)
+    for field, flag in _FLAGS.items():
+        if field in state.invalid:
+            table.add_row(
+                field,
+                repr(state.invalid[field]),
+                f"live, INVALID: not a usable value; replace it with gate set {flag}",
+            )
+        else:
+            table.add_row(field, str(getattr(state.policy, field)), sources[field])
+    paused = f"{state.paused_for_s:.1f}s ({state.pause_reason})" if state.paused_for_s else "no"
+    table.add_row("paused", paused, "live")
+    table.add_row("leases held", str(state.leases_held), "live")
+    table.add_row("tokens available", str(state.tokens_available), "live")
     print_table(console(), table)
 
 
-@click.group()
+def _output_options(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(
+        func
+    )
+
+
+@click.group(help=f"List, show and retune the fleet-wide gates of the downstreams. {_EXISTS_HELP}")
 def gate() -> None:
-    """Show and retune the fleet-wide gate of a downstream."""
+    pass
+
+
+@gate.command(name="ls")
+@_output_options
+@connection_options
+def ls(as_json: bool, redis_url: str | None, prefix: str) -> None:
+    """List the gates the fleet holds state or live config for under --prefix.
+
+    A gate configured only by the workers' environment and idle since its keys expired
+    is not listed: nothing in Redis says it exists.
+    """
+    with redis_client(redis_url) as client:
+        states = [
+            _fleet_gate(client, name, prefix).state()
+            for name in fleet_gate_names(client, prefix=prefix)
+        ]
+    if as_json:
+        echo_json([_as_json(state, prefix) for state in states])
+        return
+    table = Table(title=f"gates under prefix {prefix} ({len(states)})")
+    for column in ("name", *_FLAGS, "live values", "paused", "leases held"):
+        table.add_column(column)
+    for state in states:
+        table.add_row(
+            state.name,
+            *(
+                repr(state.invalid[f]) if f in state.invalid else str(getattr(state.policy, f))
+                for f in _FLAGS
+            ),
+            ", ".join(state.overridden) or "-",
+            f"{state.paused_for_s:.1f}s" if state.paused_for_s else "no",
+            str(state.leases_held),
+        )
+    print_table(console(), table)
 
 
 @gate.command()
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@redis_url_option
-def show(name: str, as_json: bool, redis_url: str | None) -> None:
-    """Show NAME's effective rate, burst, concurrency, pause and leases."""
+@_output_options
+@connection_options
+def show(name: str, as_json: bool, redis_url: str | None, prefix: str) -> None:
+    """Show the rate, burst, concurrency and lease NAME's fleet uses, and where each comes
+    from: "live (set by gate set)" is in Redis for every worker; "default" is tidegate's
+    built-in value, which a worker's own TIDEGATE_<NAME>_* settings may replace."""
     with redis_client(redis_url) as client:
-        state = Gate(client, name).state()
+        state = _existing(client, name, prefix).state()
     if as_json:
-        echo_json(state.as_dict())
+        echo_json(_as_json(state, prefix))
     else:
-        _show(state)
+        _show(state, prefix)
 
 
 @gate.command(name="set")
 @click.argument("name")
-@click.option("--rate", type=float, help="Sustained admissions per second (> 0).")
-@click.option("--burst", type=int, help="Admissions allowed back to back (>= 1).")
-@click.option("--concurrency", type=int, help="Calls in flight fleet-wide; 0 removes the cap.")
-@click.option("--lease-s", type=float, help="Seconds a crashed holder keeps its slot.")
+@click.option(
+    "--rate",
+    type=FiniteFloat(min=MIN_RATE, max=MAX_RATE),
+    help="Sustained admissions per second, fleet-wide.",
+)
+@click.option(
+    "--burst",
+    type=click.IntRange(1, MAX_BURST),
+    help="Admissions allowed back to back.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(0, MAX_CONCURRENCY),
+    help="Calls in flight fleet-wide; 0 removes the cap (asks for --yes).",
+)
+@click.option(
+    "--lease-s",
+    type=FiniteFloat(min=MIN_LEASE_S, max=MAX_LEASE_S),
+    help="Seconds a crashed holder keeps its slot.",
+)
 @click.option("--yes", is_flag=True, help="Confirm a change that removes a protection.")
-@click.option("--json", "as_json", is_flag=True, help="Print the new state as JSON.")
-@redis_url_option
+@click.option("--create", is_flag=True, help="Set a gate the fleet holds no state for yet.")
+@_output_options
+@connection_options
 def set_(
     name: str,
     rate: float | None,
@@ -61,47 +213,62 @@ def set_(
     concurrency: int | None,
     lease_s: float | None,
     yes: bool,
+    create: bool,
     as_json: bool,
     redis_url: str | None,
+    prefix: str,
 ) -> None:
-    """Retune NAME for the whole running fleet (no restart)."""
+    """Retune NAME for the whole running fleet (no restart); values are checked first."""
     if concurrency == 0 and not yes:
         raise TidegateCLIError(
             "--concurrency 0 removes the concurrency cap for the whole fleet; repeat with --yes"
         )
     with redis_client(redis_url) as client:
+        target = _existing(client, name, prefix, create=create)
         try:
-            state = Gate(client, name).configure(
+            state = target.configure(
                 rate=rate, burst=burst, concurrency=concurrency, lease_s=lease_s
             )
         except ConfigurationError as exc:
-            raise click.BadParameter(str(exc)) from exc
+            raise bad_option(exc, _FLAGS) from exc
     if as_json:
-        echo_json(state.as_dict())
+        echo_json(_as_json(state, prefix))
     else:
-        _show(state)
+        _show(state, prefix)
 
 
 @gate.command()
 @click.argument("name")
-@click.argument("seconds", type=float)
+@click.argument("seconds", type=FiniteFloat(min=0, min_open=True, max=MAX_PAUSE_S))
 @click.option("--reason", default="operator", show_default=True, help="Recorded with the pause.")
-@redis_url_option
-def pause(name: str, seconds: float, reason: str, redis_url: str | None) -> None:
-    """Stop every admission to NAME fleet-wide for SECONDS."""
+@click.option("--create", is_flag=True, help="Pause a gate the fleet holds no state for yet.")
+@connection_options
+def pause(
+    name: str, seconds: float, reason: str, create: bool, redis_url: str | None, prefix: str
+) -> None:
+    """Stop every admission to NAME fleet-wide for SECONDS (at most a week).
+
+    A pause is only ever extended, never shortened; `tidegate gate resume` ends it.
+    """
     with redis_client(redis_url) as client:
+        target = _existing(client, name, prefix, create=create)
         try:
-            remaining = Gate(client, name).pause(seconds, reason)
+            remaining = target.pause(seconds, reason)
         except ConfigurationError as exc:
-            raise click.BadParameter(str(exc)) from exc
+            raise bad_option(exc, {"pause seconds": "SECONDS"}) from exc
     click.echo(f"gate {name} paused for {remaining:.1f}s ({reason})")
 
 
 @gate.command()
 @click.argument("name")
-@redis_url_option
-def resume(name: str, redis_url: str | None) -> None:
+@connection_options
+def resume(name: str, redis_url: str | None, prefix: str) -> None:
     """End a pause of NAME now."""
     with redis_client(redis_url) as client:
-        Gate(client, name).resume()
-    click.echo(f"gate {name} resumed")
+        target = _existing(client, name, prefix)
+        was = target.state().paused_for_s
+        if not was:
+            click.echo(f"gate {name} was not paused")
+            return
+        target.resume()
+    click.echo(f"gate {name} resumed (the pause had {was:.1f}s left)")

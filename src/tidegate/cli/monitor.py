@@ -13,23 +13,38 @@ import threading
 from typing import Any
 
 import click
+from rich.table import Table
 
-from tidegate.cli._common import TidegateCLIError, echo_json, redis_client, redis_url_option
-from tidegate.errors import TidegateError
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.cli._common import (
+    FiniteFloat,
+    TidegateCLIError,
+    bad_option,
+    connection_options,
+    echo_json,
+    prefix_option,
+    redis_client,
+)
+from tidegate.cli._output import console, print_table
+from tidegate.errors import ConfigurationError, TidegateError
 
-__all__ = ["metrics", "monitor", "watermarks"]
+__all__ = ["metrics", "monitor", "prefix_option", "watermarks"]
 
 #: Queues monitored when none are given: the preset's, with their gates.
 DEFAULT_QUEUE_SPECS = ("edi.customs=customs", "edi.tos=tos", "bulk.dispatch", "bl.parse")
+#: Largest watermark an operator may set, messages.
+MAX_WATERMARK = 1_000_000_000
+#: Longest run of samples above HWM before shedding an operator may set.
+MAX_SHED_AFTER = 100_000
 
-prefix_option = click.option(
-    "--prefix",
-    envvar="TIDEGATE_PREFIX",
-    default=DEFAULT_PREFIX,
-    show_default=True,
-    help="Prefix of tidegate's Redis keys (the workers' TIDEGATE_PREFIX).",
-)
+#: The names the watermark errors use, and the flags an operator types for them.
+_WATERMARK_FLAGS = {
+    "QUEUE_HWM": "--hwm",
+    "QUEUE_LWM": "--lwm",
+    "SHED_AFTER_INTERVALS": "--shed-after",
+    "hwm": "--hwm",
+    "lwm": "--lwm",
+    "shed_after": "--shed-after",
+}
 broker_url_option = click.option(
     "--broker-url",
     envvar=["TIDEGATE_BROKER_URL", "CELERY_BROKER_URL"],
@@ -95,9 +110,8 @@ def build_replay_admission(
 
 
 @click.command()
-@redis_url_option
+@connection_options
 @broker_url_option
-@prefix_option
 @click.option(
     "--queue",
     "queues",
@@ -108,7 +122,7 @@ def build_replay_admission(
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.05),
+    type=FiniteFloat(min=0.05, max=3600),
     envvar="TIDEGATE_MONITOR_INTERVAL_S",
     default=5.0,
     show_default=True,
@@ -120,21 +134,55 @@ def build_replay_admission(
     default=None,
     help="Serve Prometheus metrics on this port (0 = any free port).",
 )
-@click.option("--metrics-addr", default="0.0.0.0", show_default=True)  # noqa: S104
-@click.option("--replay/--no-replay", default=True, show_default=True)
+@click.option(
+    "--metrics-addr",
+    default="0.0.0.0",  # noqa: S104
+    show_default=True,
+    help="Address the metrics server listens on.",
+)
+@click.option(
+    "--replay/--no-replay",
+    default=True,
+    show_default=True,
+    help="Replay quarantined documents once a queue is back below its LWM.",
+)
 @click.option(
     "--replay-rate",
-    type=click.FloatRange(min=0.01),
+    type=FiniteFloat(min=0.01, max=10_000),
     envvar="TIDEGATE_REPLAY_RATE",
     default=50.0,
     show_default=True,
     help="Quarantined documents replayed per second and queue, at most.",
 )
 @sender_option
-@click.option("--backlog-per-worker", type=click.IntRange(1), default=50, show_default=True)
-@click.option("--service-s", type=click.FloatRange(min=0.001), default=1.0, show_default=True)
-@click.option("--min-workers", type=click.IntRange(0), default=1, show_default=True)
-@click.option("--max-workers", type=click.IntRange(1), default=64, show_default=True)
+@click.option(
+    "--backlog-per-worker",
+    type=click.IntRange(1),
+    default=50,
+    show_default=True,
+    help="Messages one worker is expected to absorb (sizes scale_out).",
+)
+@click.option(
+    "--service-s",
+    type=FiniteFloat(min=0.001, max=86_400),
+    default=1.0,
+    show_default=True,
+    help="Seconds one task takes, for the worker count a backlog needs.",
+)
+@click.option(
+    "--min-workers",
+    type=click.IntRange(0),
+    default=1,
+    show_default=True,
+    help="Fewest workers scale_in asks for.",
+)
+@click.option(
+    "--max-workers",
+    type=click.IntRange(1),
+    default=64,
+    show_default=True,
+    help="Most workers scale_out asks for.",
+)
 @click.option("--iterations", type=click.IntRange(1), default=None, hidden=True)
 def monitor(
     redis_url: str | None,
@@ -218,10 +266,20 @@ def monitor(
 
 
 @click.command()
-@redis_url_option
-@prefix_option
-@click.option("--port", type=click.IntRange(0, 65535), default=9108, show_default=True)
-@click.option("--addr", default="0.0.0.0", show_default=True)  # noqa: S104
+@connection_options
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=9108,
+    show_default=True,
+    help="Port to serve /metrics on (0 = any free port).",
+)
+@click.option(
+    "--addr",
+    default="0.0.0.0",  # noqa: S104
+    show_default=True,
+    help="Address to serve /metrics on.",
+)
 @click.option("--once", is_flag=True, help="Print the exposition once on stdout and exit.")
 def metrics(redis_url: str | None, prefix: str, port: int, addr: str, once: bool) -> None:
     """Serve tidegate's fleet-wide Prometheus metrics (read from Redis at each scrape)."""
@@ -244,38 +302,73 @@ def metrics(redis_url: str | None, prefix: str, port: int, addr: str, once: bool
             server.stop()
 
 
+def _watermark_output(
+    as_json: bool, queue: str | None, effective: dict[str, int], store: Any | None = None
+) -> None:
+    if as_json:
+        shown: dict[str, Any] = {"queue": queue, **effective}
+        if store is not None:
+            shown |= {"defaults": store.defaults.as_dict(), "overrides": store.overrides()}
+        echo_json(shown)
+        return
+    overrides = store.overrides() if store is not None else {}
+    table = Table(title=f"watermarks of {queue or 'every queue'}")
+    for column in ("field", "value", "source"):
+        table.add_column(column)
+    for name, value in effective.items():
+        if queue is not None and f"{name}@{queue}" in overrides:
+            source = f"live for {queue} (set by watermarks set)"
+        elif name in overrides:
+            source = "live (set by watermarks set)"
+        else:
+            source = "default"
+        table.add_row(name, str(value), source if store is not None else "")
+    print_table(console(), table)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
 @click.group()
 def watermarks() -> None:
     """Show or retune the queues' watermarks (live, fleet-wide, in Redis)."""
 
 
 @watermarks.command("show")
-@redis_url_option
-@prefix_option
+@connection_options
 @click.option("--queue", default=None, help="The effective values of this queue.")
-def show(redis_url: str | None, prefix: str, queue: str | None) -> None:
-    """The effective watermarks and the overrides stored in Redis."""
+@json_option
+def show(redis_url: str | None, prefix: str, queue: str | None, as_json: bool) -> None:
+    """The effective watermarks, and whether each is a live override or the default."""
     from tidegate.load.watermarks import WatermarkStore
 
     with redis_client(redis_url) as client:
         store = WatermarkStore(client, prefix=prefix)
-        echo_json(
-            {
-                "queue": queue,
-                **store.get(queue).as_dict(),
-                "defaults": store.defaults.as_dict(),
-                "overrides": store.overrides(),
-            }
-        )
+        _watermark_output(as_json, queue, store.get(queue).as_dict(), store)
 
 
 @watermarks.command("set")
-@redis_url_option
-@prefix_option
+@connection_options
 @click.option("--queue", default=None, help="Only this queue (default: every queue).")
-@click.option("--hwm", type=int, default=None, help="High watermark (messages).")
-@click.option("--lwm", type=int, default=None, help="Low watermark (messages).")
-@click.option("--shed-after", type=int, default=None, help="Samples above HWM before shedding.")
+@click.option(
+    "--hwm",
+    type=click.IntRange(1, MAX_WATERMARK),
+    default=None,
+    help="High watermark: above this depth (messages) the queue is overloaded.",
+)
+@click.option(
+    "--lwm",
+    type=click.IntRange(0, MAX_WATERMARK),
+    default=None,
+    help="Low watermark: at or below this depth (messages) the surge is over.",
+)
+@click.option(
+    "--shed-after",
+    type=click.IntRange(1, MAX_SHED_AFTER),
+    default=None,
+    help="Samples above HWM before shedding.",
+)
+@json_option
 def set_(
     redis_url: str | None,
     prefix: str,
@@ -283,26 +376,29 @@ def set_(
     hwm: int | None,
     lwm: int | None,
     shed_after: int | None,
+    as_json: bool,
 ) -> None:
-    """Retune the running fleet (validated: 0 <= LWM < HWM, shed-after >= 1)."""
+    """Retune the running fleet (validated first: 0 <= --lwm < --hwm, --shed-after >= 1)."""
     from tidegate.load.watermarks import WatermarkStore
 
     with redis_client(redis_url) as client:
-        result = WatermarkStore(client, prefix=prefix).configure(
-            queue=queue, hwm=hwm, lwm=lwm, shed_after=shed_after
-        )
-        echo_json({"queue": queue, **result.as_dict()})
+        store = WatermarkStore(client, prefix=prefix)
+        try:
+            result = store.configure(queue=queue, hwm=hwm, lwm=lwm, shed_after=shed_after)
+        except ConfigurationError as exc:
+            raise bad_option(exc, _WATERMARK_FLAGS) from exc
+        _watermark_output(as_json, queue, result.as_dict(), store)
 
 
 @watermarks.command("reset")
-@redis_url_option
-@prefix_option
+@connection_options
 @click.option("--queue", default=None, help="Only this queue's overrides.")
-def reset(redis_url: str | None, prefix: str, queue: str | None) -> None:
+@json_option
+def reset(redis_url: str | None, prefix: str, queue: str | None, as_json: bool) -> None:
     """Drop the Redis overrides: back to the environment's defaults."""
     from tidegate.load.watermarks import WatermarkStore
 
     with redis_client(redis_url) as client:
         store = WatermarkStore(client, prefix=prefix)
         store.reset(queue)
-        echo_json({"queue": queue, **store.get(queue).as_dict()})
+        _watermark_output(as_json, queue, store.get(queue).as_dict(), store)

@@ -8,9 +8,20 @@ for ``--yes``.
 
 from __future__ import annotations
 
-import click
+import datetime as dt
+from typing import Any
 
-from tidegate.cli._common import TidegateCLIError, echo_json, redis_client, redis_url_option
+import click
+from rich.table import Table
+
+from tidegate.cli._common import (
+    TidegateCLIError,
+    connection_options,
+    echo_json,
+    redis_client,
+    redis_url_option,
+)
+from tidegate.cli._output import console, print_table
 from tidegate.cli.monitor import (
     broker_url_option,
     build_replay_admission,
@@ -25,6 +36,45 @@ __all__ = ["DEFAULT_REPLAY_LIMIT", "quarantine"]
 DEFAULT_REPLAY_LIMIT = 100
 
 queue_option = click.option("--queue", default=None, help="Only this queue.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _render(listing: dict[str, Any]) -> None:
+    out = console()
+    counters = Table(title=f"quarantine: {listing['documents']} document(s) waiting")
+    for column in ("queue", "waiting"):
+        counters.add_column(column)
+    for queue, waiting in listing["by_queue"].items():
+        counters.add_row(queue, str(waiting))
+    print_table(out, counters)
+    for label, counts in (("shed", listing["shed_total"]), ("replayed", listing["replayed_total"])):
+        out.print(
+            f"{label}: " + (", ".join(f"{name} {n}" for name, n in counts.items()) or "none"),
+            markup=False,
+        )
+    out.print(
+        f"oldest waiting: {listing['oldest_age_s']}s; duplicates: {listing['duplicates']}; "
+        f"purged: {listing['purged']}",
+        markup=False,
+    )
+    documents = Table(title=f"oldest documents ({len(listing['documents_listed'])} listed)")
+    for column in ("key", "class", "queue", "task", "reason", "depth", "quarantined at"):
+        documents.add_column(column)
+    for doc in listing["documents_listed"]:
+        documents.add_row(
+            doc["key"],
+            doc["document_class"],
+            doc["queue"],
+            doc["task"],
+            doc["reason"],
+            str(doc["depth"]),
+            _when(doc["quarantined_at"]),
+        )
+    print_table(out, documents)
 
 
 @click.group()
@@ -33,22 +83,30 @@ def quarantine() -> None:
 
 
 @quarantine.command("ls")
-@redis_url_option
-@prefix_option
+@connection_options
 @queue_option
-@click.option("--limit", type=click.IntRange(1), default=20, show_default=True)
-def ls(redis_url: str | None, prefix: str, queue: str | None, limit: int) -> None:
-    """Counters and the oldest documents (metadata only, never the payload)."""
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=20,
+    show_default=True,
+    help="Most documents listed (oldest first).",
+)
+@json_option
+def ls(redis_url: str | None, prefix: str, queue: str | None, limit: int, as_json: bool) -> None:
+    """Counters and the oldest documents, whole keys (metadata only, never the payload)."""
     from tidegate.load.quarantine import Quarantine
 
     with redis_client(redis_url) as client:
         store = Quarantine(client, prefix=prefix)
-        echo_json(
-            {
-                **store.stats(),
-                "documents_listed": [doc.summary() for doc in store.iter(queue=queue, limit=limit)],
-            }
-        )
+        listing = {
+            **store.stats(),
+            "documents_listed": [doc.summary() for doc in store.iter(queue=queue, limit=limit)],
+        }
+    if as_json:
+        echo_json(listing)
+    else:
+        _render(listing)
 
 
 @quarantine.command("replay")
@@ -102,11 +160,11 @@ def replay(
 
 
 @quarantine.command("purge")
-@redis_url_option
-@prefix_option
+@connection_options
 @queue_option
 @click.option("--yes", is_flag=True, help="Confirm: the documents are deleted for good.")
-def purge(redis_url: str | None, prefix: str, queue: str | None, yes: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the count as JSON.")
+def purge(redis_url: str | None, prefix: str, queue: str | None, yes: bool, as_json: bool) -> None:
     """Delete quarantined documents for good (needs --yes)."""
     from tidegate.load.quarantine import Quarantine
 
@@ -115,4 +173,8 @@ def purge(redis_url: str | None, prefix: str, queue: str | None, yes: bool) -> N
             "purge deletes quarantined documents for good; pass --yes to confirm"
         )
     with redis_client(redis_url) as client:
-        echo_json({"purged": Quarantine(client, prefix=prefix).purge(queue=queue)})
+        purged = Quarantine(client, prefix=prefix).purge(queue=queue)
+    if as_json:
+        echo_json({"purged": purged})
+    else:
+        click.echo(f"purged {purged} quarantined document(s)")

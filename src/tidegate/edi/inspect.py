@@ -3,6 +3,11 @@
 Kept apart from the CLI so that the report is a plain dict that tests, the CLI and any
 future HTTP endpoint build the same way. A file that cannot be read, or is not EDIFACT,
 still gets a report: its ``error`` says why, and the counts cover what was read before.
+
+A manifest with 36 consignments lacking a B/L has 36 identical findings; an operator
+needs to read that once, with its count, not scroll past 36 rows. So the report also
+groups identical findings (same severity, code and message) in ``finding_groups``;
+``findings`` keeps every one with its location.
 """
 
 from __future__ import annotations
@@ -18,7 +23,45 @@ from tidegate.edi.findings import DEFAULT_POLICY, Finding, FindingPolicy
 from tidegate.edi.intake import Intake
 from tidegate.edi.sources import read_chunks
 
-__all__ = ["inspect_path", "inspect_source"]
+__all__ = ["group_findings", "has_errors", "inspect_path", "inspect_source"]
+
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def group_findings(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Identical findings as one entry each, worst severity first, then by first place.
+
+    Returns:
+        dicts with ``severity``, ``code``, ``message``, ``count`` and the
+        ``segment_index`` / ``offset`` of the first occurrence.
+    """
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for finding in findings:
+        key = (finding["severity"], finding["code"], finding["message"])
+        group = groups.get(key)
+        if group is None:
+            groups[key] = {
+                "severity": finding["severity"],
+                "code": finding["code"],
+                "message": finding["message"],
+                "count": 1,
+                "segment_index": finding["segment_index"],
+                "offset": finding["offset"],
+            }
+        else:
+            group["count"] += 1
+    return sorted(
+        groups.values(),
+        key=lambda g: (
+            _SEVERITY_ORDER.get(g["severity"], len(_SEVERITY_ORDER)),
+            -1 if g["segment_index"] is None else g["segment_index"],
+        ),
+    )
+
+
+def has_errors(report: dict[str, Any]) -> bool:
+    """Whether ``report`` has an error-severity finding (the data may be wrong)."""
+    return any(finding["severity"] == "error" for finding in report["findings"])
 
 
 def inspect_source(
@@ -35,8 +78,9 @@ def inspect_source(
         empty type as ``""``), ``classes`` (document class → count), ``segments``,
         ``consignments`` (CNI groups in any message), ``bl_units`` and
         ``dead_letter_units`` (from split classes), ``containers`` (``total``,
-        ``valid``, ``invalid`` over EQD+CN), ``findings`` (list of dicts) and
-        ``error`` (``None``, or ``code`` and ``message``).
+        ``valid``, ``invalid`` over EQD+CN), ``findings`` (list of dicts),
+        ``finding_groups`` (identical findings counted, see :func:`group_findings`)
+        and ``error`` (``None``, or ``code`` and ``message``).
     """
     messages: Counter[str] = Counter()
     classes: Counter[str] = Counter()
@@ -61,6 +105,7 @@ def inspect_source(
         error = {"code": getattr(exc, "code", "edifact"), "message": str(exc)}
     findings.extend(intake.findings)
     findings.sort(key=lambda f: -1 if f.segment_index is None else f.segment_index)
+    listed = [f.to_dict() for f in findings]
     return {
         "file": name,
         "interchanges": len(intake.interchanges),
@@ -71,7 +116,8 @@ def inspect_source(
         "bl_units": bl_units,
         "dead_letter_units": dead_letter,
         "containers": containers,
-        "findings": [f.to_dict() for f in findings],
+        "findings": listed,
+        "finding_groups": group_findings(listed),
         "error": error,
     }
 

@@ -15,20 +15,25 @@ on its own.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
+from tidegate._redis import map_redis_errors
 from tidegate.errors import ConfigurationError
 from tidegate.flow._control import AsyncControl, SyncControl
 from tidegate.flow._core import DEFAULT_MAX_WAIT_S, Decision, Limit
-from tidegate.flow.backends.base import DEFAULT_PREFIX, GateSnapshot
+from tidegate.flow.backends.base import DEFAULT_PREFIX, GateKeys, GateSnapshot
 from tidegate.flow.permit import AsyncPermit, Permit
 from tidegate.logging import get_logger
-from tidegate.settings import GatePolicy, gate_policy_from_env
+from tidegate.settings import MAX_PAUSE_S, GatePolicy, check_range, gate_policy_from_env
 
-__all__ = ["AsyncGate", "Gate", "GateState"]
+__all__ = ["AsyncGate", "Gate", "GateState", "fleet_gate_names"]
 
 log = get_logger("tidegate.flow")
 
@@ -44,8 +49,14 @@ class GateState:
     pause_reason: str | None
     leases_held: int
     tokens_available: int
+    #: Live values stored in Redis that no valid policy allows (written before values
+    #: were range-checked). They are shown, never used for a decision here, and a
+    #: ``configure`` of the same field replaces them.
+    invalid: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
+        """Plain JSON values only: an invalid stored value is shown as its ``repr``
+        (``"inf"``), because ``Infinity`` is not JSON."""
         return {
             "name": self.name,
             "rate": self.policy.rate,
@@ -53,6 +64,7 @@ class GateState:
             "concurrency": self.policy.concurrency,
             "lease_s": self.policy.lease_s,
             "overridden": list(self.overridden),
+            "invalid": {name: repr(value) for name, value in sorted(self.invalid.items())},
             "paused_for_s": round(self.paused_for_s, 3),
             "pause_reason": self.pause_reason,
             "leases_held": self.leases_held,
@@ -74,17 +86,39 @@ def _gate_limit(name: str, policy: GatePolicy, prefix: str) -> Limit:
     )
 
 
-def _effective(defaults: GatePolicy, config: dict[str, float]) -> GatePolicy:
-    return GatePolicy(
-        rate=config.get("rate", defaults.rate),
-        burst=int(config.get("burst", defaults.burst)),
-        concurrency=int(config.get("concurrency", defaults.concurrency)),
-        lease_s=config.get("lease_ms", defaults.lease_s * 1000.0) / 1000.0,
-    )
+def _live_values(config: dict[str, float]) -> dict[str, float]:
+    """The config hash in policy units (``lease_ms`` is stored, ``lease_s`` is shown)."""
+    return {
+        ("lease_s" if key == "lease_ms" else key): (value / 1000.0 if key == "lease_ms" else value)
+        for key, value in config.items()
+        if key in {"rate", "burst", "concurrency", "lease_ms"}
+    }
+
+
+def _effective(
+    defaults: GatePolicy, config: dict[str, float]
+) -> tuple[GatePolicy, dict[str, float]]:
+    """The policy the live values make, and the live values no policy allows.
+
+    Each live value is checked on its own, so one corrupt field (an infinite lease
+    stored by an older version) neither hides the valid ones nor makes the gate
+    unreadable — and ``configure`` can still overwrite it.
+    """
+    policy = defaults
+    invalid: dict[str, float] = {}
+    for field, value in sorted(_live_values(config).items()):
+        typed: Any = (
+            int(value) if field in {"burst", "concurrency"} and float(value).is_integer() else value
+        )
+        try:
+            policy = dataclasses.replace(policy, **{field: typed})
+        except ConfigurationError:
+            invalid[field] = value
+    return policy, invalid
 
 
 def _state(name: str, defaults: GatePolicy, snap: GateSnapshot) -> GateState:
-    policy = _effective(defaults, snap.config)
+    policy, invalid = _effective(defaults, snap.config)
     interval = 1000.0 / policy.rate
     tat = max(snap.tat_ms or snap.now_ms, snap.now_ms)
     tokens = max(0, math.floor((snap.now_ms + policy.burst * interval - tat) / interval))
@@ -98,7 +132,42 @@ def _state(name: str, defaults: GatePolicy, snap: GateSnapshot) -> GateState:
         snap.pause_reason,
         snap.leases_held,
         min(tokens, policy.burst),
+        invalid,
     )
+
+
+def _in_use(snap: GateSnapshot) -> bool:
+    """Whether the fleet holds anything for this gate: live config, a pause, leases or
+    a rate bucket that is not full."""
+    paused = snap.paused_until_ms is not None and snap.paused_until_ms > snap.now_ms
+    return bool(snap.config) or paused or snap.leases_held > 0 or snap.tat_ms is not None
+
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+def _key_head(prefix: str) -> str:
+    """``<prefix>:gate:{``: how every gate key starts, taken from :class:`GateKeys`."""
+    config = GateKeys.build("name", prefix=prefix).config
+    return config[: config.index("{name}") + 1]
+
+
+def fleet_gate_names(client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """The names of the gates the fleet holds state or live config for under ``prefix``.
+
+    A gate that nobody has used or retuned since its keys expired has no key, so it is
+    not listed: the list says what the fleet is doing, not what it could do. Read with
+    SCAN (never KEYS), so a large keyspace is not blocked.
+    """
+    head = _key_head(prefix)
+    names: set[str] = set()
+    with map_redis_errors("list gates"):
+        for raw in client.scan_iter(match=_GLOB_SPECIAL.sub(r"\\\1", head) + "*", count=1000):
+            key = raw.decode() if isinstance(raw, bytes) else str(raw)
+            name, sep, _ = key[len(head) :].rpartition("}:")
+            if sep:
+                names.add(name)
+    return sorted(names)
 
 
 def _changes(
@@ -130,8 +199,11 @@ def _changes(
 
 
 def _pause_ms(seconds: float) -> float:
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigurationError(f"pause seconds must be a finite number > 0, got {seconds!r}")
+    """A pause is only ever extended, so an absurd one could not be shortened but by a
+    resume: the range is checked before anything is written."""
+    check_range("pause seconds", seconds, 0.0, MAX_PAUSE_S)
+    if seconds <= 0:
+        raise ConfigurationError(f"pause seconds must be > 0, got {seconds!r}")
     return seconds * 1000.0
 
 
@@ -201,6 +273,10 @@ class Gate(SyncControl):
 
         Returns:
             Seconds until the pause (possibly an existing, longer one) ends.
+
+        Raises:
+            ConfigurationError: ``seconds`` is not in (0, :data:`MAX_PAUSE_S`]; nothing
+                is written.
         """
         until_ms, extended = self.backend.pause(self.limit.keys, _pause_ms(seconds), reason)
         _log_pause(self.name, seconds, reason, until_ms, extended)
@@ -219,7 +295,12 @@ class Gate(SyncControl):
         concurrency: int | None = None,
         lease_s: float | None = None,
     ) -> GateState:
-        """Retune the running fleet; values are validated against the current policy."""
+        """Retune the running fleet; values are validated against the current policy.
+
+        Raises:
+            ConfigurationError: nothing to change, or a value outside its range (see
+                :class:`~tidegate.settings.GatePolicy`); nothing is written.
+        """
         values = _changes(self.state().policy, rate, burst, concurrency, lease_s)
         self.backend.write_config(self.limit.keys, values)
         log.warning("downstream_gate_configured", downstream=self.name, **values)
@@ -228,6 +309,10 @@ class Gate(SyncControl):
     def state(self) -> GateState:
         """The effective policy, pause and lease count, read from the backend."""
         return _state(self.name, self.defaults, self.backend.snapshot(self.limit.keys))
+
+    def in_use(self) -> bool:
+        """Whether the backend holds live config, a pause, leases or a bucket for this gate."""
+        return _in_use(self.backend.snapshot(self.limit.keys))
 
 
 class AsyncGate(AsyncControl):
@@ -289,3 +374,7 @@ class AsyncGate(AsyncControl):
     async def state(self) -> GateState:
         """The effective policy, pause and lease count, read from the backend."""
         return _state(self.name, self.defaults, await self.backend.snapshot(self.limit.keys))
+
+    async def in_use(self) -> bool:
+        """Whether the backend holds live config, a pause, leases or a bucket for this gate."""
+        return _in_use(await self.backend.snapshot(self.limit.keys))
