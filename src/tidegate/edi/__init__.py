@@ -61,7 +61,7 @@ from tidegate.edi.findings import (
     Severity,
 )
 from tidegate.edi.ifcsum import BLSource, BLUnit, idempotency_key, split_ifcsum
-from tidegate.edi.inspect import inspect_path, inspect_source
+from tidegate.edi.inspect import group_findings, has_errors, inspect_path, inspect_source
 from tidegate.edi.intake import Intake, IntakeResult
 from tidegate.edi.sources import DEFAULT_CHUNK_SIZE, read_chunks
 from tidegate.edi.syntax import DEFAULT_DELIMITERS, Delimiters, Segment
@@ -124,6 +124,8 @@ __all__ = [
     "check_locode",
     "classify",
     "extract",
+    "group_findings",
+    "has_errors",
     "idempotency_key",
     "inspect_path",
     "inspect_source",
