@@ -122,6 +122,7 @@ class ReplayMark:
 
     @property
     def taken(self) -> bool:
+        """Whether this caller may publish the letter (and must cancel if it cannot)."""
         return self.status == "marked"
 
 

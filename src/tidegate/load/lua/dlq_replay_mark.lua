@@ -6,9 +6,10 @@
 -- clears the mark) or, if the unit is lost, by itself at in_replay_until: an operator
 -- is never stuck behind a replay that will not finish.
 --
--- KEYS[1]  records    hash  idempotency key -> record JSON (read only: a gone letter is not taken)
--- KEYS[2]  replaying  zset  member = idempotency key, score = in replay until (ms since epoch)
--- KEYS[3]  replays    hash  idempotency key -> replays of that letter so far
+-- KEYS[1]  records    hash  <prefix>:{dlq}:records, key -> record JSON (read only)
+-- KEYS[2]  replaying  zset  <prefix>:{dlq}:replaying, member = key, score = in replay
+--                           until (ms since epoch)
+-- KEYS[3]  replays    hash  <prefix>:{dlq}:replays, key -> replays of that letter so far
 --
 -- ARGV[1]  now_ms     current time in ms since epoch; "" = use Redis TIME (fleet clock)
 -- ARGV[2]  hold_ms    how long the mark holds if the unit never settles, ms (> 0)
