@@ -51,7 +51,8 @@ def test_the_endpoint_serves_every_series_fleet_wide(
     producer: Celery, redis_client: redis.Redis, prefix: str, queues: dict[str, str]
 ) -> None:
     """Queue depth, signal, workers, gate state and waits, throttles, pauses, 429s,
-    shed/replayed by class, quarantine depth and age, DLQ depth and age: all scraped."""
+    shed/replayed by class, quarantine depth and age, DLQ depth, in replay and age: all
+    scraped."""
     bulk = queues["bulk"]
     configure(level="WARNING", stream=io.StringIO())
     counters = install_event_counters(redis_client, prefix=prefix, level="WARNING")
@@ -74,9 +75,12 @@ def test_the_endpoint_serves_every_series_fleet_wide(
         store.add(QuarantinedDocument(f"q{n}", "BULK_BL_PDF", bulk, "bulk.documents.store"))
     (claimed,) = store.claim(bulk, 1)
     store.ack(claimed)
-    DeadLetterQueue(redis_client, prefix=prefix).add(
-        DeadLetter(key="d1", task="edi.customs.submit", reason="downstream rejected (HTTP 422)")
-    )
+    letters = DeadLetterQueue(redis_client, prefix=prefix)
+    for key in ("d1", "d2"):
+        letters.add(
+            DeadLetter(key=key, task="edi.customs.submit", reason="downstream rejected (HTTP 422)")
+        )
+    assert letters.begin_replay("d2").taken
     for _ in range(20):
         producer.send_task("filler", args=[{}], queue=bulk)
     monitor = Monitor(
@@ -141,9 +145,10 @@ def test_the_endpoint_serves_every_series_fleet_wide(
     assert value(samples, "tidegate_replayed_total", document_class="BULK_BL_PDF") == 1
     assert value(samples, "tidegate_quarantine_depth", queue=bulk) == 2
     assert value(samples, "tidegate_quarantine_oldest_age_seconds") >= 0
-    assert value(samples, "tidegate_dlq_depth") == 1
+    assert value(samples, "tidegate_dlq_depth") == 2
+    assert value(samples, "tidegate_dlq_in_replay") == 1
     assert value(samples, "tidegate_dlq_oldest_age_seconds") >= 0
-    assert value(samples, "tidegate_dlq_dead_lettered_total") == 1
+    assert value(samples, "tidegate_dlq_dead_lettered_total") == 2
 
 
 def test_counts_from_worker_processes_add_up_in_redis(redis_url: str, prefix: str) -> None:

@@ -503,6 +503,11 @@ class TidegateCollector(Collector):
             "tidegate_dlq_depth", "Records in the dead-letter queue.", value=stats["records"]
         )
         yield GaugeMetricFamily(
+            "tidegate_dlq_in_replay",
+            "Dead letters a replay has published and whose unit has not settled yet.",
+            value=stats["in_replay"],
+        )
+        yield GaugeMetricFamily(
             "tidegate_dlq_oldest_age_seconds",
             "Age of the oldest dead letter (0 when empty).",
             value=stats["oldest_age_s"],
