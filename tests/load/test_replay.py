@@ -227,10 +227,13 @@ def test_bad_limits_are_configuration_errors(
 ) -> None:
     """A bad limit or hold is a typed error before anything is marked."""
     dlq = DeadLetterQueue(redis_client, prefix=prefix)
+    empty = DeadLetterQueue(redis_client, prefix=f"{prefix}:empty")
     (key,) = _fill(dlq, 1)
 
     with pytest.raises(ConfigurationError):
         replay_dead_letters(dlq, lambda letter: None, limit=limit, hold_s=hold_s)
+    with pytest.raises(ConfigurationError):
+        replay_dead_letters(empty, lambda letter: None, limit=limit, hold_s=hold_s)
 
     letter = dlq.get(key)
     assert letter is not None

@@ -16,12 +16,13 @@ and the replayed tasks go through their downstream's gate like any other.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidegate.errors import ConfigurationError
 from tidegate.flow import RateLimiter
-from tidegate.load.dlq import DEFAULT_REPLAY_HOLD_S, DeadLetter, DeadLetterQueue
+from tidegate.load.dlq import DEFAULT_REPLAY_HOLD_S, DeadLetter, DeadLetterQueue, ReplayMark
 from tidegate.logging import get_logger
 
 __all__ = ["DEFAULT_REPLAY_LIMIT", "ReplayResult", "replay_dead_letters"]
@@ -76,11 +77,19 @@ def replay_dead_letters(
     """
     if limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit!r}")
+    if not (math.isfinite(hold_s) and hold_s > 0):
+        raise ConfigurationError(f"hold_s must be a finite number > 0, got {hold_s!r}")
     result = ReplayResult()
     for letter in dlq.iter(reason=reason, batch_id=batch_id):
         if result.published >= limit:
             break
-        mark = dlq.begin_replay(letter.key, hold_s=hold_s)
+        # A letter read as held is skipped without asking again; one read as free is
+        # taken only through the atomic mark, which has the last word.
+        mark = (
+            ReplayMark("in_replay", letter.in_replay_until, letter.replays)
+            if letter.in_replay_until is not None
+            else dlq.begin_replay(letter.key, hold_s=hold_s)
+        )
         if not mark.taken:
             if mark.status == "in_replay":
                 result.skipped += 1
