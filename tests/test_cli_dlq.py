@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -73,6 +74,29 @@ def test_replay_is_bounded_and_counts(
     assert redis_client.llen(f"{prefix}-replayq") == 2
     assert [x.replays for x in letters.iter()] == [1, 1, 0]
     assert len(letters) == 3
+    redis_client.delete(f"{prefix}-replayq")
+
+
+def test_a_second_replay_skips_letters_in_replay_and_reaches_later_ones(
+    redis_url: str, redis_client: redis.Redis, prefix: str, letters: DeadLetterQueue
+) -> None:
+    """Issue #11.3: replay twice while the first is in flight — no record goes out twice."""
+    first_code, first_out = run(redis_url, prefix, "replay", "--limit", "2")
+    second_code, second_out = run(redis_url, prefix, "replay", "--limit", "2")
+    _, listed = run(redis_url, prefix, "ls", "--json")
+    _, shown = run(redis_url, prefix, "show", "key-0")
+
+    queued = [
+        json.loads(base64.b64decode(json.loads(raw)["body"]))[0][0]["key"]
+        for raw in redis_client.lrange(f"{prefix}-replayq", 0, -1)
+    ]
+    assert (first_code, second_code) == (0, 0)
+    assert "replayed 2 dead letter(s), skipped 0" in first_out
+    assert "replayed 1 dead letter(s), skipped 2 already in replay" in second_out
+    assert sorted(queued) == ["key-0", "key-1", "key-2"]
+    assert [x.replays for x in letters.iter()] == [1, 1, 1]
+    assert all(x["in_replay_until"] is not None for x in json.loads(listed))
+    assert json.loads(shown)["in_replay_until"] > 0
     redis_client.delete(f"{prefix}-replayq")
 
 

@@ -12,14 +12,15 @@ import pytest
 import redis
 from celery import Celery
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from tidegate.downstream import DownstreamClient
-from tidegate.errors import DownstreamThrottled
+from tidegate.errors import ConfigurationError, DownstreamThrottled
 from tidegate.flow import Gate
-from tidegate.load.depth import RedisDepthProbe
+from tidegate.load.depth import QueueDepth, RedisDepthProbe
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
-from tidegate.load.watermarks import Watermarks, WatermarkStore
+from tidegate.load.watermarks import BoardEntry, LoadBoard, LoadState, Watermarks, WatermarkStore
 from tidegate.logging import configure
 from tidegate.ops.metrics import MetricsServer, install_event_counters, registry_for
 from tidegate.ops.monitor import Monitor, QueueSpec
@@ -50,7 +51,8 @@ def test_the_endpoint_serves_every_series_fleet_wide(
     producer: Celery, redis_client: redis.Redis, prefix: str, queues: dict[str, str]
 ) -> None:
     """Queue depth, signal, workers, gate state and waits, throttles, pauses, 429s,
-    shed/replayed by class, quarantine depth and age, DLQ depth and age: all scraped."""
+    shed/replayed by class, quarantine depth and age, DLQ depth, in replay and age: all
+    scraped."""
     bulk = queues["bulk"]
     configure(level="WARNING", stream=io.StringIO())
     counters = install_event_counters(redis_client, prefix=prefix, level="WARNING")
@@ -73,9 +75,12 @@ def test_the_endpoint_serves_every_series_fleet_wide(
         store.add(QuarantinedDocument(f"q{n}", "BULK_BL_PDF", bulk, "bulk.documents.store"))
     (claimed,) = store.claim(bulk, 1)
     store.ack(claimed)
-    DeadLetterQueue(redis_client, prefix=prefix).add(
-        DeadLetter(key="d1", task="edi.customs.submit", reason="downstream rejected (HTTP 422)")
-    )
+    letters = DeadLetterQueue(redis_client, prefix=prefix)
+    for key in ("d1", "d2"):
+        letters.add(
+            DeadLetter(key=key, task="edi.customs.submit", reason="downstream rejected (HTTP 422)")
+        )
+    assert letters.begin_replay("d2").taken
     for _ in range(20):
         producer.send_task("filler", args=[{}], queue=bulk)
     monitor = Monitor(
@@ -140,9 +145,10 @@ def test_the_endpoint_serves_every_series_fleet_wide(
     assert value(samples, "tidegate_replayed_total", document_class="BULK_BL_PDF") == 1
     assert value(samples, "tidegate_quarantine_depth", queue=bulk) == 2
     assert value(samples, "tidegate_quarantine_oldest_age_seconds") >= 0
-    assert value(samples, "tidegate_dlq_depth") == 1
+    assert value(samples, "tidegate_dlq_depth") == 2
+    assert value(samples, "tidegate_dlq_in_replay") == 1
     assert value(samples, "tidegate_dlq_oldest_age_seconds") >= 0
-    assert value(samples, "tidegate_dlq_dead_lettered_total") == 1
+    assert value(samples, "tidegate_dlq_dead_lettered_total") == 2
 
 
 def test_counts_from_worker_processes_add_up_in_redis(redis_url: str, prefix: str) -> None:
@@ -182,3 +188,107 @@ def test_counts_from_worker_processes_add_up_in_redis(redis_url: str, prefix: st
         value(samples, "tidegate_gate_throttles_total", downstream="tos", reason="rate", mode="try")
         == 5
     )
+
+
+def _stopped_monitor_board(
+    producer: Celery, redis_client: redis.Redis, prefix: str, bulk: str
+) -> tuple[Monitor, float]:
+    """A monitor that sampled a backlog (desired_workers > 0) once and then stopped."""
+    for _ in range(30):
+        producer.send_task("filler", args=[{}], queue=bulk)
+    monitor = Monitor(
+        redis_client,
+        RedisDepthProbe(redis_client),
+        [QueueSpec(bulk)],
+        prefix=prefix,
+        interval_s=5.0,
+        watermarks=WatermarkStore(redis_client, prefix=prefix, defaults=Watermarks(10, 2)),
+    )
+    (entry,) = monitor.tick()
+    monitor.stop()
+    assert entry.state.desired_workers >= 1
+    return monitor, entry.sampled_at_ms
+
+
+def test_a_stopped_monitors_last_sample_is_withheld_once_stale(
+    producer: Celery, redis_client: redis.Redis, prefix: str, queues: dict[str, str]
+) -> None:
+    """Issue #11.6: /metrics must not serve a dead monitor's desired_workers forever.
+
+    An injected clock ages the sample: within five sampling periods every series is
+    served; past them only the age and the stale flag remain, and the change is logged
+    once, not at every scrape.
+    """
+    bulk = queues["bulk"]
+    _, sampled_ms = _stopped_monitor_board(producer, redis_client, prefix, bulk)
+    now = {"ms": sampled_ms + 24_000}  # 4.8 periods of 5 s
+    registry = registry_for(redis_client, prefix=prefix, clock=lambda: now["ms"])
+
+    with MetricsServer(registry) as server:
+        fresh = scrape(server.url)
+        now["ms"] = sampled_ms + 26_000  # 5.2 periods
+        with capture_logs() as logs:
+            stale = scrape(server.url)
+            stale_again = scrape(server.url)
+
+    assert value(fresh, "tidegate_desired_workers", queue=bulk) >= 1
+    assert value(fresh, "tidegate_monitor_sample_stale", queue=bulk) == 0
+    assert value(fresh, "tidegate_monitor_sample_age_seconds", queue=bulk) == pytest.approx(24)
+    for samples in (stale, stale_again):
+        served = {name for name, labels in samples if ("queue", bulk) in labels}
+        assert served == {"tidegate_monitor_sample_age_seconds", "tidegate_monitor_sample_stale"}
+        assert value(samples, "tidegate_monitor_sample_stale", queue=bulk) == 1
+        assert value(samples, "tidegate_monitor_sample_age_seconds", queue=bulk) == (
+            pytest.approx(26)
+        )
+    assert [(e["event"], e["queue"]) for e in logs] == [("metrics_sample_stale", bulk)]
+    assert logs[0]["stale_after_s"] == 25.0
+
+
+def test_a_new_sample_brings_the_series_back(
+    producer: Celery, redis_client: redis.Redis, prefix: str, queues: dict[str, str]
+) -> None:
+    """A standby that takes over publishes a new sample: exported again, logged once."""
+    bulk = queues["bulk"]
+    monitor, sampled_ms = _stopped_monitor_board(producer, redis_client, prefix, bulk)
+    now = {"ms": sampled_ms + 60_000}
+    registry = registry_for(redis_client, prefix=prefix, clock=lambda: now["ms"])
+    with MetricsServer(registry) as server:
+        stale = scrape(server.url)
+        (entry,) = monitor.tick()
+        now["ms"] = entry.sampled_at_ms + 1_000
+        with capture_logs() as logs:
+            back = scrape(server.url)
+        monitor.stop()
+
+    assert ("tidegate_desired_workers", (("queue", bulk),)) not in stale
+    assert value(back, "tidegate_desired_workers", queue=bulk) >= 1
+    assert value(back, "tidegate_monitor_sample_stale", queue=bulk) == 0
+    assert [e["event"] for e in logs] == ["metrics_sample_fresh"]
+
+
+def test_without_a_clock_the_fleet_clock_ages_the_sample(
+    redis_client: redis.Redis, prefix: str, queues: dict[str, str]
+) -> None:
+    """The default clock is Redis TIME: a board entry stamped a minute ago is stale."""
+    bulk = queues["bulk"]
+    board = LoadBoard(redis_client, prefix=prefix)
+    state = LoadState(bulk, depth=500, desired_workers=7)
+    minute_ago = board.now_ms() - 60_000
+    board.publish(
+        [BoardEntry(state, QueueDepth(bulk, 500), Watermarks(100, 10), None, minute_ago, 5.0)]
+    )
+
+    with MetricsServer(registry_for(redis_client, prefix=prefix)) as server:
+        samples = scrape(server.url)
+
+    assert ("tidegate_desired_workers", (("queue", bulk),)) not in samples
+    assert ("tidegate_queue_depth", (("queue", bulk),)) not in samples
+    assert value(samples, "tidegate_monitor_sample_stale", queue=bulk) == 1
+
+
+def test_a_stale_threshold_must_be_positive(redis_client: redis.Redis, prefix: str) -> None:
+    """A zero or infinite threshold would withhold everything or nothing: refused."""
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(ConfigurationError):
+            registry_for(redis_client, prefix=prefix, stale_after_periods=bad)

@@ -27,6 +27,7 @@ from tidegate.cli._common import (
 from tidegate.cli._output import console, print_table
 from tidegate.flow import RateLimiter
 from tidegate.load import DeadLetter, DeadLetterQueue
+from tidegate.load.dlq import DEFAULT_REPLAY_HOLD_S
 from tidegate.load.replay import DEFAULT_REPLAY_LIMIT, replay_dead_letters
 
 __all__ = ["dlq"]
@@ -141,6 +142,13 @@ def show(key: str, payload: bool, redis_url: str | None, prefix: str) -> None:
     help="Records republished per second, fleet-wide (no replay storms).",
 )
 @click.option(
+    "--hold-minutes",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_REPLAY_HOLD_S / 60,
+    show_default=True,
+    help="How long a replayed record is skipped by other replays if its unit never settles.",
+)
+@click.option(
     "--broker-url",
     envvar="TIDEGATE_BROKER_URL",
     help="Celery broker to republish to (default: the Redis URL).",
@@ -152,11 +160,16 @@ def replay(
     reason: str | None,
     batch_id: str | None,
     rate: float,
+    hold_minutes: float,
     broker_url: str | None,
     prefix: str,
     redis_url: str | None,
 ) -> None:
-    """Republish dead letters to their queues; each is removed once delivered."""
+    """Republish dead letters to their queues; each is removed once delivered.
+
+    Records another replay still holds (published, not yet settled) are skipped and
+    counted, so running replay twice never publishes the same record twice.
+    """
     from celery import Celery
 
     from tidegate.integrations.celery.gated import REPLAY_HEADER
@@ -182,10 +195,13 @@ def replay(
                 reason=reason,
                 batch_id=batch_id,
                 pace=pace,
+                hold_s=hold_minutes * 60,
             )
         finally:
             producer.close()
-    click.echo(f"replayed {result.published} dead letter(s)")
+    click.echo(
+        f"replayed {result.published} dead letter(s), skipped {result.skipped} already in replay"
+    )
 
 
 @dlq.command()

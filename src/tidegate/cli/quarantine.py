@@ -132,14 +132,18 @@ def replay(
     force: bool,
     sender: str,
 ) -> None:
-    """Queue quarantined documents again, oldest first, through the intake."""
+    """Queue quarantined documents again, oldest first, through the intake.
+
+    Documents another replay has claimed and not yet queued are skipped and counted
+    (``skipped``): two replays never queue one document twice.
+    """
     from tidegate.load.quarantine import Quarantine
 
     broker = resolve_broker(redis_url, broker_url)
     with redis_client(redis_url) as client:
         queues = [queue] if queue else Quarantine(client, prefix=prefix).queues()
         if not queues:
-            echo_json({"replayed": 0, "released": 0, "queues": {}})
+            echo_json({"replayed": 0, "released": 0, "skipped": 0, "queues": {}})
             return
         admission = build_replay_admission(client, broker, queues, prefix=prefix, sender=sender)
         results = {}
@@ -148,12 +152,14 @@ def replay(
             results[name] = {
                 "replayed": report.replayed,
                 "released": report.released,
+                "skipped": report.skipped,
                 "by_class": dict(report.by_class),
             }
         echo_json(
             {
                 "replayed": sum(r["replayed"] for r in results.values()),
                 "released": sum(r["released"] for r in results.values()),
+                "skipped": sum(r["skipped"] for r in results.values()),
                 "queues": results,
             }
         )

@@ -128,11 +128,12 @@ class Admitted:
 
 @dataclass
 class ReplayReport:
-    """What one :meth:`Admission.replay` did."""
+    """What one :meth:`Admission.replay` did (``skipped``: held by another replay)."""
 
     queue: str
     replayed: int = 0
     released: int = 0
+    skipped: int = 0
     by_class: Counter[str] = field(default_factory=Counter)
 
 
@@ -437,8 +438,8 @@ class Admission:
         sustained overload again, it is put back in line (and the replay stops). With
         ``force``, the shedding check is skipped (an operator's explicit decision).
         """
-        report = ReplayReport(queue)
-        claimed = self.quarantine.claim(queue, limit)
+        batch = self.quarantine.claim_batch(queue, limit)
+        report, claimed = ReplayReport(queue, skipped=batch.in_replay), batch.documents
         for index, record in enumerate(claimed):
             cls = self.policy.classes.get(record.document_class)
             overloaded = (
@@ -461,12 +462,13 @@ class Admission:
             self.quarantine.ack(record)
             report.replayed += 1
             report.by_class[record.document_class] += 1
-        if claimed:
+        if claimed or report.skipped:
             log.info(
                 "quarantine_replayed",
                 queue=queue,
                 documents=report.replayed,
                 released=report.released,
+                skipped_in_replay=report.skipped,
                 by_class=dict(report.by_class),
                 forced=force,
             )

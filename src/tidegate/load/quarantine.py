@@ -35,7 +35,7 @@ from tidegate._redis import lua_script, map_redis_errors
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.logging import get_logger
 
-__all__ = ["CLAIM_LEASE_MS", "Quarantine", "QuarantinedDocument"]
+__all__ = ["CLAIM_LEASE_MS", "Quarantine", "QuarantineClaim", "QuarantinedDocument"]
 
 log = get_logger("tidegate.load")
 
@@ -83,6 +83,20 @@ class QuarantinedDocument:
     @classmethod
     def _load(cls, raw: bytes | str, since_ms: float) -> QuarantinedDocument:
         return cls(**json.loads(raw), quarantined_at=float(since_ms) / 1000.0)
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineClaim:
+    """What one :meth:`Quarantine.claim_batch` got.
+
+    Attributes:
+        documents: the claimed documents, oldest first.
+        in_replay: documents of the queue that another replayer holds (claimed, lease
+            not expired): skipped, so no two replays queue one document.
+    """
+
+    documents: list[QuarantinedDocument]
+    in_replay: int
 
 
 class Quarantine:
@@ -152,17 +166,28 @@ class Quarantine:
 
         Queue each one and :meth:`ack` it, or :meth:`release` it to put it back in line.
         """
-        if limit < 1:
-            return []
+        return self.claim_batch(queue, limit, lease_ms=lease_ms).documents
+
+    def claim_batch(
+        self, queue: str, limit: int, *, lease_ms: int = CLAIM_LEASE_MS
+    ) -> QuarantineClaim:
+        """:meth:`claim`, also saying how many documents another replayer holds.
+
+        The count is read in the same atomic step as the claim, so two replays started
+        at once report between them exactly what the other one took.
+        """
         with map_redis_errors("claim quarantined"):
-            flat = self._claim(
+            if limit < 1:
+                return QuarantineClaim([], int(self.client.zcard(self._inflight(queue))))
+            held, *flat = self._claim(
                 [self._waiting(queue), self._inflight(queue), self._records, self._since],
                 ["", int(limit), int(lease_ms)],
             )
-        return [
+        documents = [
             QuarantinedDocument._load(flat[i + 1], float(flat[i + 2]))
             for i in range(0, len(flat), 3)
         ]
+        return QuarantineClaim(documents, int(held))
 
     def ack(self, document: QuarantinedDocument) -> bool:
         """Forget a document that was queued again; counts it as replayed."""

@@ -29,6 +29,11 @@ metric                                 measured by
 
 Worker-side counters need :func:`install_event_counters` in each worker (after
 logging is configured); the counters live in ``<prefix>:{metrics}:events``.
+
+A sample older than ``stale_after_periods`` of its monitor's sampling periods is not
+exported: an autoscaler must not keep scaling on the last number of a monitor that
+stopped. For such a queue only ``tidegate_monitor_sample_age_seconds`` and
+``tidegate_monitor_sample_stale`` (1) remain, so alerts can say why the rest is gone.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, cast
 
 import redis
@@ -54,13 +59,15 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from tidegate._redis import client_from_url, map_redis_errors
-from tidegate.errors import TidegateError
+from tidegate.errors import ConfigurationError, TidegateError
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.load.dlq import DeadLetterQueue
 from tidegate.load.quarantine import Quarantine
-from tidegate.load.watermarks import LoadBoard
+from tidegate.load.watermarks import BoardEntry, LoadBoard
+from tidegate.logging import get_logger
 
 __all__ = [
+    "DEFAULT_STALE_AFTER_PERIODS",
     "GATE_WAIT_BUCKETS",
     "EventCounters",
     "MetricsServer",
@@ -72,7 +79,14 @@ __all__ = [
 #: Upper bounds of the ``tidegate_gate_wait_seconds`` buckets, seconds.
 GATE_WAIT_BUCKETS: tuple[float, ...] = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
+#: A queue's sample is stale, and withheld, once older than this many of its monitor's
+#: sampling periods. A standby monitor takes over within four (lease of three periods,
+#: then its next tick), so a normal failover never blanks the scaling signal.
+DEFAULT_STALE_AFTER_PERIODS = 5.0
+
 _SEP = "|"
+
+log = get_logger("tidegate.metrics")
 
 
 def _events_key(prefix: str) -> str:
@@ -233,15 +247,85 @@ class TidegateCollector(Collector):
     Args:
         client: tidegate's Redis.
         prefix: tidegate's key prefix.
+        stale_after_periods: a queue's sample older than this many of its sampling
+            periods is withheld (> 0).
+        clock: ms since the epoch for sample ages; ``None`` = Redis ``TIME``, the clock
+            the monitor stamps its samples with (tests pass a fake one).
+
+    Raises:
+        ConfigurationError: ``stale_after_periods`` is not a finite number > 0.
     """
 
-    def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        stale_after_periods: float = DEFAULT_STALE_AFTER_PERIODS,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if not (math.isfinite(stale_after_periods) and stale_after_periods > 0):
+            raise ConfigurationError(
+                f"stale_after_periods must be a finite number > 0, got {stale_after_periods!r}"
+            )
         self.client = client
         self.prefix = prefix
+        self.stale_after_periods = stale_after_periods
         self.board = LoadBoard(client, prefix=prefix)
         self.quarantine = Quarantine(client, prefix=prefix)
         self.dlq = DeadLetterQueue(client, prefix=prefix)
         self._events = _events_key(prefix)
+        self._clock = clock
+        self._stale: set[str] = set()
+        self._stale_lock = threading.Lock()
+
+    def _age_s(self, entry: BoardEntry, now_ms: float | None) -> float:
+        if now_ms is None:
+            return entry.age_s
+        return max(0.0, (now_ms - entry.sampled_at_ms) / 1000.0)
+
+    def _freshness(
+        self, entries: Mapping[str, BoardEntry]
+    ) -> tuple[GaugeMetricFamily, GaugeMetricFamily, list[tuple[str, BoardEntry]]]:
+        """Every queue's sample age and stale flag, and the entries fresh enough to export."""
+        age = GaugeMetricFamily(
+            "tidegate_monitor_sample_age_seconds",
+            "Age of the monitor's last sample of the queue (exported even when stale).",
+            labels=["queue"],
+        )
+        stale_flag = GaugeMetricFamily(
+            "tidegate_monitor_sample_stale",
+            "1 when the last sample is too old: every other series of the queue is withheld.",
+            labels=["queue"],
+        )
+        now_ms = None if self._clock is None else float(self._clock())
+        fresh = []
+        for queue, entry in sorted(entries.items()):
+            age_s = self._age_s(entry, now_ms)
+            limit_s = self.stale_after_periods * entry.interval_s
+            stale = age_s > limit_s
+            self._note_staleness(queue, stale=stale, age_s=age_s, limit_s=limit_s)
+            age.add_metric([queue], age_s)
+            stale_flag.add_metric([queue], int(stale))
+            if not stale:
+                fresh.append((queue, entry))
+        return age, stale_flag, fresh
+
+    def _note_staleness(self, queue: str, *, stale: bool, age_s: float, limit_s: float) -> None:
+        """Log when a queue's export starts or stops being withheld (not every scrape)."""
+        with self._stale_lock:
+            if stale == (queue in self._stale):
+                return
+            if stale:
+                self._stale.add(queue)
+            else:
+                self._stale.discard(queue)
+        log.warning(
+            "metrics_sample_stale" if stale else "metrics_sample_fresh",
+            queue=queue,
+            age_s=round(age_s, 3),
+            stale_after_s=limit_s,
+        )
 
     def collect(self) -> Iterator[Metric]:
         yield from self._queues()
@@ -295,9 +379,6 @@ class TidegateCollector(Collector):
         quota = GaugeMetricFamily(
             "tidegate_quota_workers", "Workers the downstream's rate can use.", labels=["queue"]
         )
-        age = GaugeMetricFamily(
-            "tidegate_monitor_sample_age_seconds", "Age of the last sample.", labels=["queue"]
-        )
         paused = GaugeMetricFamily(
             "tidegate_gate_paused", "1 while the gate is paused fleet-wide.", labels=["downstream"]
         )
@@ -313,7 +394,8 @@ class TidegateCollector(Collector):
             labels=["downstream"],
         )
         gates_seen: set[str] = set()
-        for queue, entry in sorted(entries.items()):
+        age, stale_flag, fresh = self._freshness(entries)
+        for queue, entry in fresh:
             state = entry.state
             depth.add_metric([queue], state.depth)
             messages.add_metric([queue, "ready"], entry.depth.ready)
@@ -330,7 +412,6 @@ class TidegateCollector(Collector):
             backlog.add_metric([queue], state.backlog_workers)
             if state.quota_workers is not None:
                 quota.add_metric([queue], state.quota_workers)
-            age.add_metric([queue], entry.age_s)
             gate = entry.gate
             if gate is not None and gate.name not in gates_seen:
                 gates_seen.add(gate.name)
@@ -339,7 +420,7 @@ class TidegateCollector(Collector):
                 leases.add_metric([gate.name], gate.leases_held)
                 ahead.add_metric([gate.name], gate.wait_s)
         yield from (depth, messages, consumers, hwm, lwm, over, shedding, signal, signal_info)
-        yield from (desired, backlog, quota, age, paused, tokens, leases, ahead)
+        yield from (desired, backlog, quota, age, stale_flag, paused, tokens, leases, ahead)
 
     def _events_metrics(self) -> Iterator[Metric]:
         with map_redis_errors("metrics events"):
@@ -422,6 +503,11 @@ class TidegateCollector(Collector):
             "tidegate_dlq_depth", "Records in the dead-letter queue.", value=stats["records"]
         )
         yield GaugeMetricFamily(
+            "tidegate_dlq_in_replay",
+            "Dead letters a replay has published and whose unit has not settled yet.",
+            value=stats["in_replay"],
+        )
+        yield GaugeMetricFamily(
             "tidegate_dlq_oldest_age_seconds",
             "Age of the oldest dead letter (0 when empty).",
             value=stats["oldest_age_s"],
@@ -433,10 +519,20 @@ class TidegateCollector(Collector):
         )
 
 
-def registry_for(client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> CollectorRegistry:
+def registry_for(
+    client: redis.Redis,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    stale_after_periods: float = DEFAULT_STALE_AFTER_PERIODS,
+    clock: Callable[[], float] | None = None,
+) -> CollectorRegistry:
     """A registry holding only tidegate's collector (no process metrics of the scraper)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(TidegateCollector(client, prefix=prefix))
+    registry.register(
+        TidegateCollector(
+            client, prefix=prefix, stale_after_periods=stale_after_periods, clock=clock
+        )
+    )
     return registry
 
 
