@@ -43,7 +43,7 @@ def _live_table(sample: Any, submitted: int, limits: dict[str, float]) -> Table:
     table.caption = (
         f"settled {settled}/{submitted} · parked {sample.parked} · dead-lettered "
         f"{sample.dead_lettered} · 429s {sample.responses_429} · 503s {sample.responses_503} "
-        f"· workers {sample.rss_mb:.0f} MiB"
+        f"· workers {sample.rss_mb:.0f} MiB (largest process {sample.largest_process_mb:.0f})"
     )
     return table
 

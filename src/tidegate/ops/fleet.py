@@ -22,7 +22,25 @@ from typing import IO, Any
 
 from tidegate.errors import ConfigurationError
 
-__all__ = ["Fleet", "Pool"]
+__all__ = ["Fleet", "Pool", "PoolMemory"]
+
+
+@dataclass
+class PoolMemory:
+    """One look at a pool's memory: the main process and each child, in MiB.
+
+    ``started`` is each child's creation time (``time.time()`` seconds): a child forked
+    late in a run shows whether the main process it was forked from has grown.
+    """
+
+    main_mb: float = 0.0
+    children_mb: dict[int, float] = field(default_factory=dict)
+    started: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def largest_mb(self) -> float:
+        """The largest single process of the pool."""
+        return max([self.main_mb, *self.children_mb.values()])
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,18 +198,32 @@ class Fleet:
 
     def rss_mb(self) -> dict[str, float]:
         """Resident memory per pool (main + children), in MiB."""
+        return {
+            name: usage.main_mb + sum(usage.children_mb.values())
+            for name, usage in self.rss_by_process().items()
+        }
+
+    def rss_by_process(self) -> dict[str, PoolMemory]:
+        """Resident memory of each pool's main process and of each of its children.
+
+        The main process is what must stay flat: every child a recycled pool forks
+        inherits its heap.
+        """
         import psutil
 
-        usage: dict[str, float] = {}
+        usage: dict[str, PoolMemory] = {}
         for name, proc in self.procs.items():
-            total = 0
+            memory = PoolMemory()
             try:
                 parent = psutil.Process(proc.pid)
-                for member in [parent, *parent.children(recursive=True)]:
-                    total += member.memory_info().rss
+                memory.main_mb = parent.memory_info().rss / 2**20
+                for child in parent.children(recursive=True):
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        memory.children_mb[child.pid] = child.memory_info().rss / 2**20
+                        memory.started[child.pid] = child.create_time()
             except psutil.NoSuchProcess:
                 pass
-            usage[name] = total / 2**20
+            usage[name] = memory
         return usage
 
     def stop(self, *, grace_s: float = 10.0) -> None:

@@ -103,6 +103,13 @@ class Sample:
     parked: int
     dead_lettered: int
     rss_mb: float
+    #: Per pool, the main process and the largest child, MiB.
+    rss_by_process: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def largest_process_mb(self) -> float:
+        """The largest single worker process of this look."""
+        return max((v for pool in self.rss_by_process.values() for v in pool.values()), default=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +217,7 @@ def _take_sample(
 ) -> Sample:
     c_stats, t_stats = run.customs.stats(timeline=False), run.tos.stats(timeline=False)
     depth = queue_depths(run.client, queues)
+    memory = run.fleet.rss_by_process()
     return Sample(
         t=round(time.monotonic() - run.t0, 3),
         depth=depth,
@@ -218,7 +226,14 @@ def _take_sample(
         responses_503=c_stats["responses_503"] + t_stats["responses_503"],
         parked=parking.depth(),
         dead_lettered=len(dlq),
-        rss_mb=round(sum(run.fleet.rss_mb().values()), 1),
+        rss_mb=round(sum(m.main_mb + sum(m.children_mb.values()) for m in memory.values()), 1),
+        rss_by_process={
+            name: {
+                "main": round(m.main_mb, 1),
+                "child": round(max(m.children_mb.values(), default=0.0), 1),
+            }
+            for name, m in memory.items()
+        },
     )
 
 
@@ -365,6 +380,7 @@ def run_vessel_demo(
         "lost": len(submissions) - delivered - dead - refused - pending,
         "duplicates": c_full["duplicates"] + t_full["duplicates"],
         "peak_worker_rss_mb": max((s.rss_mb for s in samples), default=0.0),
+        "peak_worker_rss_mb_by_process": peak_by_process(samples),
         "elapsed_s": samples[-1].t if samples else 0.0,
         "samples_skipped": run.samples_skipped,
         "by_class": _count(d.document_class for d in docs),
@@ -383,6 +399,17 @@ def run_vessel_demo(
     }
     cleanup_prefix(client, prefix)
     return report, samples
+
+
+def peak_by_process(samples: list[Sample]) -> dict[str, dict[str, float]]:
+    """Per pool, the peak RSS of its main process and of its largest child, MiB."""
+    peaks: dict[str, dict[str, float]] = {}
+    for sample in samples:
+        for pool, usage in sample.rss_by_process.items():
+            peak = peaks.setdefault(pool, {"main": 0.0, "child": 0.0})
+            for role, value in usage.items():
+                peak[role] = max(peak[role], value)
+    return peaks
 
 
 def _count(values: Any) -> dict[str, int]:

@@ -6,9 +6,11 @@
 ``setup`` applies :func:`configure` (prefetch 1, acks_late, JSON only, queues, the
 visibility-timeout check) and installs worker hooks: the check again at worker start
 (a misconfigured worker refuses to start), publish tracking for the app's gated tasks,
-and a :class:`ParkingMover` in each worker's main process that also runs the orphan
-sweep (a Redis broker can lose a message when a worker main process dies between
-``BRPOP`` and its ``unacked`` write; see :mod:`tidegate.integrations.celery.sweep`).
+a purge of finished tasks' time-limit timers in each worker's event loop (they would
+otherwise hold every task of the last soft-limit window), and a :class:`ParkingMover`
+in each worker's main process that also runs the orphan sweep (a Redis broker can lose
+a message when a worker main process dies between ``BRPOP`` and its ``unacked`` write;
+see :mod:`tidegate.integrations.celery.sweep`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tidegate.integrations.celery.preset import (
 )
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
+from tidegate.integrations.celery.timers import install_timer_purge
 
 __all__ = [
     "ATTEMPT_HEADER",
@@ -54,6 +57,9 @@ def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True
         check_visibility_timeout(app)
 
     def _start_mover(sender: Any = None, **_: Any) -> None:
+        # The main process must not hold finished tasks' time-limit timers (issue: worker
+        # memory growing with the burst); see tidegate.integrations.celery.timers.
+        install_timer_purge(sender)
         if mover and id(app) not in _MOVERS:
             rt = runtime(app)
             sweep = OrphanSweep.for_app(app, rt.outstanding, ledger=rt.ledger, parking=rt.parking)
