@@ -79,6 +79,20 @@ def samples() -> list[Any]:
     ]
 
 
+def live_sample() -> Any:
+    """What the live view shows while a run drains."""
+    return SimpleNamespace(
+        t=3.0,
+        depth={"edi.customs": 40, "edi.tos": 10},
+        accepted={"customs": 60, "tos": 190},
+        parked=0,
+        dead_lettered=0,
+        responses_429=0,
+        responses_503=0,
+        rss_mb=556.0,
+    )
+
+
 def chaos_report(kind: str, *, failed: str | None = None) -> dict[str, Any]:
     report = vessel_report(f"chaos:{kind}")
     checks = [
@@ -110,6 +124,7 @@ class Recorder:
     def vessel(self, url: str, config: Any, **kwargs: Any) -> tuple[dict[str, Any], list[Any]]:
         self.calls.append({"run": "vessel", "config": config, **kwargs})
         self._log(kwargs.get("log_dir"))
+        kwargs["on_sample"](live_sample(), 300)
         return vessel_report(), samples()
 
     def chaos(self, config: Any, **kwargs: Any) -> tuple[dict[str, Any], list[Any]]:
@@ -341,7 +356,8 @@ def test_end_tables_use_the_json_names_and_align_the_figures(
     assert "[" not in result.output
     report = json.loads(path.read_text())
     lines = result.output.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.endswith(": outcome")) + 2
+    title = f"{report['scenario']}: outcome"
+    start = next(i for i, line in enumerate(lines) if line.strip() == title) + 2
     rows = []
     for line in lines[start:]:
         if not line.startswith(" "):  # the next title, or a "report:" line

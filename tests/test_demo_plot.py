@@ -95,7 +95,7 @@ def test_the_customs_panel_shows_the_429_count_and_the_peak(figure: Figure) -> N
     text = _texts(figure)
 
     assert "429 (too many requests): 3" in text
-    assert "peak: 11 accepted in any one second (limit 10/s, burst 3)" in text
+    assert "peak: 11 accepted in any one second (the gateway allows 10/s plus a burst of 3)" in text
 
 
 def test_the_limit_line_is_told_apart_from_the_admitted_rate(figure: Figure) -> None:

@@ -156,6 +156,8 @@ def _finish(
     """The end of every run: aligned tables, then the files written, each by its path."""
     from tidegate.ops.report_view import end_tables, public
 
+    # Off a terminal, a live view's last frame ends without a line break.
+    console.line()
     for table in end_tables(report):
         print_table(console, table)
     if plot_path is not None:

@@ -113,8 +113,8 @@ def _customs(ax: Axes, report: Mapping[str, Any], timelines: Mapping[str, Any]) 
     _box(
         ax,
         f"429 (too many requests): {stats['responses_429']}\n"
-        f"peak: {_peak(stats, ys)} accepted in any one second"
-        f" (limit {limit:g}/s" + (f", burst {burst})" if burst else ")"),
+        f"peak: {_peak(stats, ys)} accepted in any one second (the gateway allows "
+        f"{limit:g}/s" + (f" plus a burst of {burst})" if burst else ")"),
     )
     ax.set_ylim(0, max([limit, *ys]) * 1.4)
     ax.set_ylabel("declarations / s")
