@@ -53,6 +53,8 @@ def print_table(out: Console, table: Table) -> None:
         table.show_edge = False
         table.title_justify = "left"
         for column in table.columns:
-            column.overflow = "ignore"
+            # "fold", not "ignore": rich drops a column's justification on "ignore" (figures
+            # would no longer line up); nothing is this wide, so nothing folds.
+            column.overflow = "fold"
             column.no_wrap = True
     out.print(table)

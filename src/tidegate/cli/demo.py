@@ -1,43 +1,140 @@
-"""``tidegate demo``: see the flow control work, end to end, on this machine."""
+"""``tidegate demo``: see the flow control work, end to end, on this machine.
+
+Every flag does what it says or is refused: each run (a scenario, or the vessel burst
+under ``--chaos``) names the flags it reads in :data:`ACCEPTS`, and a flag given to a
+run that would not read it is a usage error, not a silent no-op. Worker and monitor logs
+go to a temporary directory removed at the end unless ``--keep-logs`` asks for them.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import sys
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tidegate.cli._common import TidegateCLIError
 from tidegate.cli._output import console as make_console
+from tidegate.cli._output import print_table
 from tidegate.redis_server import redis_url
 
-__all__ = ["CHAOS_KINDS", "demo"]
+__all__ = ["ACCEPTS", "CHAOS_KINDS", "check_flags", "demo"]
 
 #: ``--chaos`` choices: the scenarios of :mod:`tidegate.ops.chaos` (kept literal so the
 #: CLI starts without importing Celery).
 CHAOS_KINDS = ("kill-workers", "redis-restart", "downstream-outage", "slow-downstream", "poison")
 
+_VESSEL = frozenset(
+    {
+        "interchanges",
+        "customs_rate",
+        "customs_burst",
+        "workers",
+        "seed",
+        "json_path",
+        "plot_path",
+        "keep_logs",
+    }
+)
 
-def _live_table(sample: Any, submitted: int, limits: dict[str, float]) -> Table:
+#: The parameters each run reads ("chaos" is the vessel burst under ``--chaos``); any
+#: other demo flag given to it is refused.
+ACCEPTS: Mapping[str, frozenset[str]] = {
+    "vessel": _VESSEL,
+    "chaos": _VESSEL,
+    "bulk": frozenset({"bls", "workers", "seed", "json_path", "keep_logs"}),
+    "overload": frozenset(
+        {"vermas", "bulk", "customs_rate", "customs_burst", "workers", "seed"}
+        | {"json_path", "keep_logs"}
+    ),
+    "gate": frozenset({"json_path"}),
+}
+
+#: Parameters that choose the run rather than tune it.
+_SELECTORS = frozenset({"scenario", "chaos_kind"})
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source not in {
+        click.core.ParameterSource.DEFAULT,
+        click.core.ParameterSource.DEFAULT_MAP,
+    }
+
+
+def _flag(ctx: click.Context, name: str) -> str:
+    for param in ctx.command.params:
+        if param.name == name and isinstance(param, click.Option):
+            return max(param.opts, key=len)
+    return name
+
+
+def check_flags(ctx: click.Context) -> str:
+    """Return the run ``ctx`` asks for; refuse (usage error) a flag that run ignores.
+
+    A flag counts as given when it came from the command line or the environment
+    (``TIDEGATE_DEMO_*``): both are the operator's intent.
+    """
+    scenario, chaos_kind = ctx.params["scenario"], ctx.params["chaos_kind"]
+    if chaos_kind is not None and scenario != "vessel":
+        raise click.UsageError("--chaos applies to --scenario vessel", ctx=ctx)
+    run = "chaos" if chaos_kind is not None else scenario
+    accepted = ACCEPTS[run]
+    refused = [
+        _flag(ctx, name)
+        for name in ctx.params
+        if name not in _SELECTORS and name not in accepted and _given(ctx, name)
+    ]
+    if refused:
+        what = f"--chaos {chaos_kind}" if run == "chaos" else f"--scenario {scenario}"
+        takes = ", ".join(sorted(_flag(ctx, name) for name in accepted))
+        raise click.UsageError(
+            f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to "
+            f"{what} (it takes {takes})",
+            ctx=ctx,
+        )
+    return run
+
+
+@contextlib.contextmanager
+def _log_dir(console: Console, keep: bool, name: str) -> Iterator[Path]:
+    """Where the run's workers log: kept (and shown) with ``--keep-logs``, else removed."""
+    if keep:
+        path = Path(tempfile.mkdtemp(prefix=f"tidegate-{name}-"))
+        try:
+            yield path
+        finally:
+            console.print(f"logs: {path}")
+        return
+    with tempfile.TemporaryDirectory(prefix=f"tidegate-{name}-") as tmp:
+        yield Path(tmp)
+
+
+def _live_table(sample: Any, submitted: int, limits: Mapping[str, str]) -> Table:
     table = Table(title=f"vessel burst — t = {sample.t:5.1f} s", expand=False)
-    for column in ("queue / downstream", "waiting", "accepted", "limit/s"):
-        table.add_column(column, justify="right" if column != "queue / downstream" else "left")
+    table.add_column("queue → downstream")
+    for column in ("waiting", "accepted", "limit"):
+        table.add_column(column, justify="right")
     table.add_row(
-        "edi.customs → customs",
+        "edi.customs → customs gateway",
         str(sample.depth.get("edi.customs", 0)),
         str(sample.accepted["customs"]),
-        f"{limits['customs']:g}",
+        limits["customs"],
     )
     table.add_row(
-        "edi.tos → tos",
+        "edi.tos → terminal system (TOS)",
         str(sample.depth.get("edi.tos", 0)),
         str(sample.accepted["tos"]),
-        f"{limits['tos']:g}",
+        limits["tos"],
     )
     settled = sum(sample.accepted.values()) + sample.dead_lettered
     table.caption = (
@@ -48,37 +145,28 @@ def _live_table(sample: Any, submitted: int, limits: dict[str, float]) -> Table:
     return table
 
 
-def _report_table(report: dict[str, Any]) -> Group:
-    summary = Table(title="outcome", show_header=False)
-    for key in (
-        "submitted",
-        "delivered",
-        "dead_lettered",
-        "quarantined",
-        "pending",
-        "lost",
-        "duplicates",
-        "peak_worker_rss_mb",
-        "elapsed_s",
-    ):
-        summary.add_row(key, str(report[key]))
-    per = Table(title="downstreams")
-    per.add_column("")
-    names = list(report["downstreams"])
-    for name in names:
-        per.add_column(name, justify="right")
-    for field in (
-        "accepted",
-        "responses_429",
-        "responses_503",
-        "limit_per_s",
-        "max_accepted_1s",
-        "drain_s",
-        "ideal_s",
-        "utilisation",
-    ):
-        per.add_row(field, *(str(report["downstreams"][n][field]) for n in names))
-    return Group(summary, per)
+def _finish(
+    console: Console,
+    report: Mapping[str, Any],
+    json_path: Path | None,
+    *,
+    plot_path: Path | None = None,
+    samples: Any = None,
+) -> None:
+    """The end of every run: aligned tables, then the files written, each by its path."""
+    from tidegate.ops.report_view import end_tables, public
+
+    # Off a terminal, a live view's last frame ends without a line break.
+    console.line()
+    for table in end_tables(report):
+        print_table(console, table)
+    if plot_path is not None:
+        from tidegate.ops.plot import plot_run
+
+        console.print(f"plot: {plot_run(dict(report), samples, plot_path)}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(public(report), indent=2) + "\n", encoding="utf-8")
+        console.print(f"report: {json_path}")
 
 
 @click.command()
@@ -90,7 +178,7 @@ def _report_table(report: dict[str, Any]) -> Group:
     help="vessel: a berthing burst through Celery workers and the gates; "
     "bulk: an IFCSUM fanned out per B/L, 1 % poison, fix and replay; "
     "overload: sheddable bulk documents and VERMAS together, shed and replayed; "
-    "gate: several processes through one rate limit.",
+    "gate: 4 processes through one rate limit (takes only --json).",
 )
 @click.option(
     "--bls",
@@ -104,28 +192,31 @@ def _report_table(report: dict[str, Any]) -> Group:
     type=click.IntRange(1),
     default=2000,
     show_default=True,
-    help="vessel: interchanges in the berthing burst (with --chaos: the scenario size).",
+    help="vessel: interchanges in the berthing burst (with --chaos: default the scenario's size).",
 )
 @click.option(
     "--customs-rate",
     type=click.FloatRange(min=0.1),
     default=10.0,
     show_default=True,
-    help="The customs gateway's real per-second rate.",
+    help="vessel, overload: the customs gateway's real per-second rate (with --chaos: "
+    "default the scenario's).",
 )
 @click.option(
     "--customs-burst",
     type=click.IntRange(1),
     default=3,
     show_default=True,
-    help="The customs gateway's bucket size.",
+    help="vessel, overload: the customs gateway's bucket size (with --chaos: default the "
+    "scenario's).",
 )
 @click.option(
     "--workers",
     type=click.IntRange(1, 16),
     default=2,
     show_default=True,
-    help="Processes in the customs pool (the TOS pool gets twice as many).",
+    help="vessel, bulk, overload: processes in the customs pool (the TOS pool gets twice "
+    "as many; bulk: in each pool; with --chaos: default the scenario's).",
 )
 @click.option(
     "--vermas",
@@ -142,28 +233,41 @@ def _report_table(report: dict[str, Any]) -> Group:
     help="overload: sheddable bulk documents.",
 )
 @click.option(
-    "--seed", type=int, default=7, show_default=True, help="Seed of the generated documents."
+    "--seed",
+    type=int,
+    default=7,
+    show_default=True,
+    help="vessel, bulk, overload: seed of the generated documents.",
 )
 @click.option(
     "--chaos",
     "chaos_kind",
     type=click.Choice(CHAOS_KINDS),
     help="vessel: break one thing during a full-size burst and check that nothing is lost "
-    "(tidegate.ops.chaos; its own embedded Redis; --interchanges overrides the size).",
+    "(its own embedded Redis); exits 1 when a check fails.",
 )
 @click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the machine-readable report here.",
+    help="Write the machine-readable report here (its path is printed as 'report:').",
 )
 @click.option(
     "--plot",
     "plot_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write a PNG of queue depth and call rate here.",
+    help="vessel (also with --chaos): write a PNG of the backlog and of what each "
+    "downstream accepted per second against its limit.",
 )
+@click.option(
+    "--keep-logs",
+    is_flag=True,
+    help="Keep the worker (and monitor) logs in a tidegate-* temporary directory and "
+    "print where; without it they are removed when the run ends.",
+)
+@click.pass_context
 def demo(
+    ctx: click.Context,
     scenario: str,
     bls: int,
     interchanges: int,
@@ -176,27 +280,59 @@ def demo(
     chaos_kind: str | None,
     json_path: Path | None,
     plot_path: Path | None,
+    keep_logs: bool,
 ) -> None:
     """Run a demonstration on an embedded Redis (or REDIS_URL); stops all it starts."""
+    run = check_flags(ctx)
     console = make_console()
     if chaos_kind is not None:
-        if scenario != "vessel":
-            raise click.UsageError("--chaos applies to --scenario vessel")
-        source = click.get_current_context().get_parameter_source("interchanges")
-        given = interchanges if source is click.core.ParameterSource.COMMANDLINE else None
-        _chaos_scenario(console, chaos_kind, given, json_path)
-        return
-    if scenario == "gate":
+        tuning = {
+            name: ctx.params[name]
+            for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
+            if _given(ctx, name)
+        }
+        _chaos_scenario(console, chaos_kind, tuning, json_path, plot_path, keep_logs)
+    elif run == "gate":
         _gate_scenario(console, json_path)
-        return
-    if scenario == "bulk":
-        _bulk_scenario(console, bls, workers, seed, json_path)
-        return
-    if scenario == "overload":
+    elif run == "bulk":
+        _bulk_scenario(console, bls, workers, seed, json_path, keep_logs)
+    elif run == "overload":
         _overload_scenario(
-            console, vermas, bulk, customs_rate, customs_burst, workers, seed, json_path
+            console,
+            vermas,
+            bulk,
+            customs_rate,
+            customs_burst,
+            workers,
+            seed,
+            json_path,
+            keep_logs,
         )
-        return
+    else:
+        _vessel_scenario(
+            console,
+            interchanges,
+            customs_rate,
+            customs_burst,
+            workers,
+            seed,
+            json_path,
+            plot_path,
+            keep_logs,
+        )
+
+
+def _vessel_scenario(
+    console: Console,
+    interchanges: int,
+    customs_rate: float,
+    customs_burst: int,
+    workers: int,
+    seed: int,
+    json_path: Path | None,
+    plot_path: Path | None,
+    keep_logs: bool,
+) -> None:
     from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo
 
     config = VesselConfig(
@@ -206,37 +342,24 @@ def demo(
         workers=workers,
         seed=seed,
     )
-    limits = {"customs": customs_rate, "tos": config.tos_connections / config.tos_service_s}
-    log_dir = Path(tempfile.mkdtemp(prefix="tidegate-demo-"))
+    limits = {"customs": f"{customs_rate:g}/s", "tos": f"{config.tos_connections} connections"}
     console.print(
         f"[bold]A vessel berths:[/] {interchanges} interchanges hit {workers} customs and "
-        f"{workers * 2} TOS worker processes. Customs accepts {customs_rate:g}/s "
-        f"(burst {customs_burst}); the TOS {config.tos_connections} connections."
+        f"{workers * 2} TOS worker processes. The customs gateway accepts {customs_rate:g}/s "
+        f"(burst {customs_burst}); the terminal system {config.tos_connections} connections."
     )
-    with redis_url() as url, Live(console=console, refresh_per_second=4) as live:
+    with (
+        _log_dir(console, keep_logs, "demo") as log_dir,
+        redis_url() as url,
+        Live(console=console, refresh_per_second=4) as live,
+    ):
         report, samples = run_vessel_demo(
             url,
             config,
             log_dir=log_dir,
             on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
         )
-    console.print(_report_table(report))
-    customs = report["downstreams"]["customs"]
-    console.print(
-        f"customs: {customs['responses_429']} × 429, drained in {customs['drain_s']} s "
-        f"({customs['drain_s'] / customs['ideal_s']:.3f} × ideal) · lost {report['lost']} · "
-        f"duplicates {report['duplicates']} · worker logs in {log_dir}"
-        if customs["ideal_s"]
-        else f"worker logs in {log_dir}"
-    )
-    if plot_path is not None:
-        from tidegate.ops.plot import plot_run
-
-        console.print(f"plot: {plot_run(report, samples, plot_path)}")
-    if json_path is not None:
-        public = {k: v for k, v in report.items() if not k.startswith("_")}
-        json_path.write_text(json.dumps(public, indent=2) + "\n", encoding="utf-8")
-        console.print(f"report: {json_path}")
+    _finish(console, report, json_path, plot_path=plot_path, samples=samples)
 
 
 def _bulk_table(sample: Any, submitted: int) -> Table:
@@ -246,46 +369,36 @@ def _bulk_table(sample: Any, submitted: int) -> Table:
     for queue in ("bulk.dispatch", "bl.parse", "edi.tos"):
         table.add_row(queue, str(sample.depth.get(queue, 0)))
     table.caption = (
-        f"TOS has {sample.accepted['tos']}/{submitted} B/Ls · dead-lettered "
+        f"terminal system has {sample.accepted['tos']}/{submitted} B/Ls · dead-lettered "
         f"{sample.dead_lettered} · workers {sample.rss_mb:.0f} MiB"
     )
     return table
 
 
 def _bulk_scenario(
-    console: Console, bls: int, workers: int, seed: int, json_path: Path | None
+    console: Console,
+    bls: int,
+    workers: int,
+    seed: int,
+    json_path: Path | None,
+    keep_logs: bool,
 ) -> None:
     from tidegate.ops.bulk_demo import BulkConfig, run_bulk_demo
 
     config = BulkConfig(bls=bls, workers=workers, seed=seed)
     console.print(
         f"[bold]A consolidated manifest arrives:[/] {bls} consignments; 1 % name a consignee "
-        "the TOS does not know yet. Fan-out, dead letters, fix, replay…"
+        "the terminal system does not know yet. Fan-out, dead letters, fix, replay…"
     )
-    with redis_url() as url, Live(console=console, refresh_per_second=4) as live:
-        report, _ = run_bulk_demo(
-            url, config, on_sample=lambda s, n: live.update(_bulk_table(s, n))
-        )
-    table = Table(title="bulk outcome", show_header=False)
-    for key in (
-        "submitted",
-        "delivered",
-        "dead_lettered",
-        "replayed",
-        "dead_lettered_after_replay",
-        "lost",
-        "duplicates",
-        "fan_out_s",
-        "bls_per_s",
-        "elapsed_s",
-        "peak_worker_rss_mb",
-        "batch",
+    with (
+        _log_dir(console, keep_logs, "bulk") as log_dir,
+        redis_url() as url,
+        Live(console=console, refresh_per_second=4) as live,
     ):
-        table.add_row(key, str(report[key]))
-    console.print(table)
-    if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        console.print(f"report: {json_path}")
+        report, _ = run_bulk_demo(
+            url, config, log_dir=log_dir, on_sample=lambda s, n: live.update(_bulk_table(s, n))
+        )
+    _finish(console, report, json_path)
 
 
 def _overload_scenario(
@@ -297,14 +410,10 @@ def _overload_scenario(
     workers: int,
     seed: int,
     json_path: Path | None,
+    keep_logs: bool,
 ) -> None:
     from tidegate.logging import configure as configure_logging
-    from tidegate.ops.overload_demo import (
-        OverloadConfig,
-        live_table,
-        report_table,
-        run_overload_demo,
-    )
+    from tidegate.ops.overload_demo import OverloadConfig, live_table, run_overload_demo
 
     config = OverloadConfig(
         vermas=vermas,
@@ -314,27 +423,24 @@ def _overload_scenario(
         customs_workers=workers,
         seed=seed,
     )
-    log_dir = Path(tempfile.mkdtemp(prefix="tidegate-overload-"))
-    # The monitor runs in this process: its JSON events go to a file, not over the live view.
-    monitor_log = (log_dir / "monitor.log").open("a", encoding="utf-8")
-    configure_logging(level="INFO", stream=monitor_log)
     console.print(
         f"[bold]A surge the fleet cannot absorb:[/] {bulk} bulk B/L PDFs (sheddable) and "
-        f"{vermas} VERMAS (never shed); customs {customs_rate:g}/s, document store "
+        f"{vermas} VERMAS (never shed); customs gateway {customs_rate:g}/s, document store "
         f"{config.docstore_rate:g}/s; HWM {config.hwm}, LWM {config.lwm}."
     )
-    try:
-        with redis_url() as url, Live(console=console, refresh_per_second=4) as live:
-            report, _ = run_overload_demo(
-                url, config, log_dir=log_dir, on_sample=lambda s, n: live.update(live_table(s, n))
-            )
-    finally:
-        configure_logging(level="WARNING", stream=sys.stderr)
-        monitor_log.close()
-    console.print(report_table(report))
-    console.print(f"worker and monitor logs in {log_dir}")
-    if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    with contextlib.ExitStack() as stack:
+        log_dir = stack.enter_context(_log_dir(console, keep_logs, "overload"))
+        # The monitor runs in this process: its JSON events go to a file, not over the
+        # live view.
+        monitor_log = stack.enter_context((log_dir / "monitor.log").open("a", encoding="utf-8"))
+        configure_logging(level="INFO", stream=monitor_log)
+        stack.callback(configure_logging, level="WARNING", stream=sys.stderr)
+        url = stack.enter_context(redis_url())
+        live = stack.enter_context(Live(console=console, refresh_per_second=4))
+        report, _ = run_overload_demo(
+            url, config, log_dir=log_dir, on_sample=lambda s, n: live.update(live_table(s, n))
+        )
+    _finish(console, report, json_path)
 
 
 def _gate_scenario(console: Console, json_path: Path | None) -> None:
@@ -343,40 +449,43 @@ def _gate_scenario(console: Console, json_path: Path | None) -> None:
     with redis_url() as url:
         console.print("[bold]4 processes[/] push 120 documents through one gate of 20/s…")
         report = run_gate_demo(url).as_dict()
-    table = Table(title="fleet-wide gate", show_header=False)
-    for key, value in report.items():
-        table.add_row(key, str(value))
-    console.print(table)
-    if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    _finish(console, report, json_path)
 
 
 def _chaos_scenario(
-    console: Console, kind: str, interchanges: int | None, json_path: Path | None
+    console: Console,
+    kind: str,
+    tuning: Mapping[str, Any],
+    json_path: Path | None,
+    plot_path: Path | None,
+    keep_logs: bool,
 ) -> None:
-    import dataclasses
+    """The burst under a fault; the flags given replace the preset's values. A failed
+    check exits 1 after the tables and files, so a script or CI sees it."""
+    from tidegate.ops.chaos import preset, run_chaos
 
-    from tidegate.ops.chaos import preset, public, run_chaos, summary_row
-
-    config = preset(kind)
-    if interchanges is not None:
-        config = dataclasses.replace(config, interchanges=interchanges)
-    limits = {"customs": config.customs_rate, "tos": config.tos_connections / config.tos_service_s}
+    config = dataclasses.replace(preset(kind), **tuning)
+    limits = {
+        "customs": f"{config.customs_rate:g}/s",
+        "tos": f"{config.tos_connections} connections",
+    }
     console.print(
         f"[bold]Chaos — {kind}:[/] {config.interchanges} interchanges, fault at "
-        f"t = {config.fault_at_s:g} s."
+        f"t = {config.fault_at_s:g} s; customs gateway {config.customs_rate:g}/s "
+        f"(burst {config.customs_burst}), {config.workers} customs workers, seed {config.seed}."
     )
-    with Live(console=console, refresh_per_second=4) as live:
-        report, _ = run_chaos(config, on_sample=lambda s, n: live.update(_live_table(s, n, limits)))
-    table = Table(title=f"chaos: {kind}", show_header=False)
-    for key, value in summary_row(report).items():
-        table.add_row(key, str(value))
-    for check in report["chaos"]["checks"]:
-        table.add_row(
-            ("held: " if check["ok"] else "FAILED: ") + check["name"], str(check["observed"])
+    with (
+        _log_dir(console, keep_logs, f"chaos-{kind}") as log_dir,
+        Live(console=console, refresh_per_second=4) as live,
+    ):
+        report, samples = run_chaos(
+            config,
+            log_dir=log_dir,
+            on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
         )
-    console.print(table)
-    console.print(f"worker logs in {report['log_dir']}")
-    if json_path is not None:
-        json_path.write_text(json.dumps(public(report), indent=2) + "\n", encoding="utf-8")
-        console.print(f"report: {json_path}")
+        if not keep_logs:
+            report["log_dir"] = None
+    _finish(console, report, json_path, plot_path=plot_path, samples=samples)
+    failed = [c["name"] for c in report["chaos"]["checks"] if not c["ok"]]
+    if failed:
+        raise TidegateCLIError(f"chaos {kind}: {len(failed)} check(s) failed: {', '.join(failed)}")

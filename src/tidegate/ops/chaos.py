@@ -45,6 +45,7 @@ under 600 s. Everything else — tasks, gates, parking, DLQ, ledger — is the v
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -70,6 +71,7 @@ from tidegate.flow import Gate
 from tidegate.flow.backends.base import GateKeys
 from tidegate.load import DeadLetterQueue, ParkingLot
 from tidegate.logging import get_logger
+from tidegate.ops.report_view import public
 from tidegate.ops.vessel_demo import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     TASK_FOR_QUEUE,
@@ -104,6 +106,7 @@ __all__ = [
     "retry_horizon",
     "run_chaos",
     "summary_row",
+    "unplanned_dead_letters",
 ]
 
 log = get_logger("tidegate.ops")
@@ -395,6 +398,20 @@ def _check(name: str, ok: bool, observed: Any, bound: Any = None, note: str = ""
     return Check(name, bool(ok), observed, bound, note)
 
 
+def unplanned_dead_letters(
+    letters: Sequence[Mapping[str, Any]], submissions: Sequence[Submission]
+) -> list[str]:
+    """Dead-lettered keys the scenario did not plan to dead-letter, sorted.
+
+    A scenario plans dead letters only for the malformed documents it mixes in (any
+    :class:`Submission` whose ``kind`` is not ``"document"``). A healthy document in the
+    DLQ is still "accounted for" by the sum, so without this a run that dead-letters
+    good work would pass every other check.
+    """
+    planned = {item.key for item in submissions if item.kind != "document"}
+    return sorted({str(letter["key"]) for letter in letters} - planned)
+
+
 # -- retry horizon -------------------------------------------------------------------
 
 
@@ -641,6 +658,7 @@ class _Scenario:
             "timeline": self.timeline,
             "max_unacked_age_s": round(self.max_unacked_age_s, 2),
             "dead_letters": letters,
+            "unplanned_dead_letters": unplanned_dead_letters(letters, run.submissions),
             "duplicate_keys": duplicates,
             "_duplicate_queues": {k: queue_of.get(k, "") for k in duplicates},
             "unaccounted_keys": lost,
@@ -695,6 +713,13 @@ class _Scenario:
                 report["duplicates"],
                 0,
                 "downstream acceptances beyond the first, per idempotency key",
+            ),
+            _check(
+                "no_unplanned_dead_letter",
+                not chaos["unplanned_dead_letters"],
+                len(chaos["unplanned_dead_letters"]),
+                0,
+                "healthy documents in the DLQ (only the scenario's malformed ones may be)",
             ),
         ]
 
@@ -1384,23 +1409,31 @@ def run_chaos(
     ``report["chaos"]`` holds what the scenario observed and ``checks`` (a list of
     :class:`Check` as dicts), ``report["ok"]`` whether they all held. Keys starting
     with ``_`` are bulky raw data (timelines), left out of JSON output by callers.
+
+    The scenario reads the workers' logs, so they are always written: to ``log_dir``
+    when given (and kept, ``report["log_dir"]``), else to a temporary directory removed
+    before this returns (``report["log_dir"]`` is then ``None``).
     """
-    log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"tidegate-chaos-{config.kind}-"))
-    server = EmbeddedRedis(appendonly=config.kind == "redis-restart").start()
-    try:
-        scenario = _scenario(config, log_dir, server)
-        report, samples = run_vessel_demo(
-            server.url,
-            config.vessel(),
-            log_dir=log_dir,
-            on_sample=on_sample,
-            interval_s=interval_s,
-            disturbance=scenario,
-        )
-    finally:
-        server.stop()
+    with contextlib.ExitStack() as stack:
+        kept = log_dir is not None
+        if log_dir is None:
+            tmp = tempfile.TemporaryDirectory(prefix=f"tidegate-chaos-{config.kind}-")
+            log_dir = Path(stack.enter_context(tmp))
+        server = EmbeddedRedis(appendonly=config.kind == "redis-restart").start()
+        try:
+            scenario = _scenario(config, log_dir, server)
+            report, samples = run_vessel_demo(
+                server.url,
+                config.vessel(),
+                log_dir=log_dir,
+                on_sample=on_sample,
+                interval_s=interval_s,
+                disturbance=scenario,
+            )
+        finally:
+            server.stop()
     report["scenario"] = f"chaos:{config.kind}"
-    report["log_dir"] = str(log_dir)
+    report["log_dir"] = str(log_dir) if kept else None
     chaos = report["chaos"]
     chaos["name"] = config.name
     checks = scenario.checks(report)
@@ -1415,15 +1448,6 @@ def _chaos_knobs(config: ChaosConfig) -> dict[str, Any]:
     knobs = asdict(config)
     knobs.pop("timing")
     return {**knobs, "timing": asdict(config.timing)}
-
-
-def public(value: Any) -> Any:
-    """``value`` without the bulky ``_``-prefixed entries (timelines), for JSON output."""
-    if isinstance(value, Mapping):
-        return {k: public(v) for k, v in value.items() if not str(k).startswith("_")}
-    if isinstance(value, list):
-        return [public(v) for v in value]
-    return value
 
 
 def summary_row(report: Mapping[str, Any]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from tidegate.load.watermarks import LoadBoard, ScalingPolicy, Watermarks, Water
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
 from tidegate.ops.monitor import Monitor, QueueSpec
+from tidegate.ops.report_view import summary_table
 from tidegate.sim import CustomsSim, DatabaseSim
 
 __all__ = [
@@ -477,23 +478,5 @@ def live_table(sample: OverloadSample, total: int) -> Table:
 
 
 def report_table(report: dict[str, Any]) -> Table:
-    """A rich table of the outcome (the JSON report has everything)."""
-    table = Table(title="overload: outcome", show_header=False)
-    ordering = report["ordering"]
-    rows = {
-        "submitted": report["submitted"],
-        "delivered": report["delivered"],
-        "lost": report["lost"],
-        "duplicates": report["duplicates"],
-        "shed_by_class": report["shed_by_class"],
-        "replayed": report["replayed"],
-        "vermas_quarantined": report["vermas_quarantined"],
-        "vermas_last_delivered_s": ordering.get("vermas_last_delivered_s"),
-        "bulk_last_delivered_s": ordering.get("bulk_last_delivered_s"),
-        "bulk_share_after_last_vermas": ordering.get("bulk_share_after_last_vermas"),
-        "customs_429": report["downstreams"]["customs"]["responses_429"],
-        "elapsed_s": report["elapsed_s"],
-    }
-    for key, value in rows.items():
-        table.add_row(key, str(value))
-    return table
+    """The outcome under the JSON report's own names (:mod:`tidegate.ops.report_view`)."""
+    return summary_table(report, title="overload: outcome")

@@ -184,7 +184,9 @@ def queue_depths(client: Any, queues: list[str]) -> dict[str, int]:
     return depth
 
 
-def _downstream_report(stats: dict[str, Any], limit_per_s: float) -> dict[str, Any]:
+def _downstream_report(stats: dict[str, Any], limit_per_s: float, limit: str) -> dict[str, Any]:
+    """One downstream's figures; ``limit`` is its limit as its operator states it ("10/s",
+    "4 connections"), ``limit_per_s`` the rate that limit allows (for the ideal time)."""
     first, last = stats.get("first_accept_ts"), stats.get("last_accept_ts")
     drain = (last - first) if first is not None and last is not None else 0.0
     calls = stats["distinct_keys"]
@@ -194,6 +196,7 @@ def _downstream_report(stats: dict[str, Any], limit_per_s: float) -> dict[str, A
         "duplicates": stats["duplicates"],
         "responses_429": stats["responses_429"],
         "responses_503": stats["responses_503"],
+        "limit": limit,
         "limit_per_s": round(limit_per_s, 3),
         "max_accepted_1s": stats.get("max_accepted_1s"),
         "drain_s": round(drain, 3),
@@ -385,8 +388,14 @@ def run_vessel_demo(
         "samples_skipped": run.samples_skipped,
         "by_class": _count(d.document_class for d in docs),
         "downstreams": {
-            "customs": _downstream_report(c_full, config.customs_rate),
-            "tos": _downstream_report(t_full, config.tos_connections / config.tos_service_s),
+            "customs": _downstream_report(
+                c_full, config.customs_rate, f"{config.customs_rate:g}/s"
+            ),
+            "tos": _downstream_report(
+                t_full,
+                config.tos_connections / config.tos_service_s,
+                f"{config.tos_connections} connections",
+            ),
         },
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
     }
