@@ -80,8 +80,11 @@ def samples() -> list[Any]:
 
 
 def live_sample() -> Any:
-    """What the live view shows while a run drains."""
-    return SimpleNamespace(
+    """What the live view shows while a run drains (the real sample type, so the view
+    cannot read a field a run does not record)."""
+    from tidegate.ops.vessel_demo import Sample
+
+    return Sample(
         t=3.0,
         depth={"edi.customs": 40, "edi.tos": 10},
         accepted={"customs": 60, "tos": 190},
@@ -90,6 +93,10 @@ def live_sample() -> Any:
         responses_429=0,
         responses_503=0,
         rss_mb=556.0,
+        rss_by_process={
+            "customs": {"main": 73.0, "child": 68.5},
+            "tos": {"main": 74.0, "child": 68.7},
+        },
     )
 
 
