@@ -96,7 +96,8 @@ def test_the_senders_una_is_honoured_and_values_are_escaped_with_its_release() -
     text = write_contrl(report, reference="C1", now=NOW)
     assert text.startswith("UNA!*.# ~UNB*UNOC!3*PORT!ZZZ*ACME!ZZZ*260304!0506*C1~")
     assert "UCI*A#*B*ACME!ZZZ" in text
-    assert "'" not in text and "+" not in text
+    assert "'" not in text
+    assert "+" not in text
 
 
 @pytest.mark.parametrize("version", ["3", "4"])
@@ -117,7 +118,8 @@ def test_a_contrl_reads_back_through_tidegates_reader_and_pydifact(
     assert [f for f in errors if f.severity is not Severity.INFO] == []
     (interchange,) = reader.interchanges
     assert (interchange.sender, interchange.recipient) == ("PORT", "ACME")
-    assert interchange.closed and interchange.control_reference == "C9"
+    assert interchange.closed
+    assert interchange.control_reference == "C9"
     tags = [s.tag for s in messages[0].segments]
     assert tags == ["UNH", "UCI", "UCM", "UCM", "UCS", "UCD", "UNT"]
 
@@ -126,7 +128,8 @@ def test_a_contrl_reads_back_through_tidegates_reader_and_pydifact(
     assert [s.tag for s in segments] == ["UNH", "UCI", "UCM", "UCM", "UCS", "UCD", "UNT"]
     assert segments[1].elements[:2] == ["REF1", ["ACME", "ZZZ"]]
     assert segments[5].elements == ["12", ["2", "1"]]
-    assert parsed.sender == ["PORT", "ZZZ"] and parsed.control_reference == "C9"
+    assert parsed.sender == ["PORT", "ZZZ"]
+    assert parsed.control_reference == "C9"
 
 
 def test_an_unsupported_syntax_version_or_reference_is_refused() -> None:

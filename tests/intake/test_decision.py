@@ -26,12 +26,16 @@ def _decide(body: bytes, claim: Claim = Claim.NEW, saturated: frozenset[str] = f
 def test_an_acceptable_interchange_is_published_whole_and_acknowledged(build) -> None:
     """202, UCI 8, UCM 7 per message, every unit to publish, the claim to be recorded."""
     decision = _decide(build.interchange(build.vermas(), build.ifcsum()))
-    assert decision.status is Status.ACCEPTED and decision.http_status == 202
+    assert decision.status is Status.ACCEPTED
+    assert decision.http_status == 202
     assert [u.queue for u in decision.publish] == ["edi.customs", "bulk.dispatch"]
-    assert decision.record and not decision.release
+    assert decision.record
+    assert not decision.release
     assert "UCI+REF1+ACME:ZZZ+PORT:ZZZ+8'" in decision.contrl
-    assert decision.contrl.count("UCM+") == 2 and "+7'" in decision.contrl
-    assert decision.body["status"] == "accepted" and decision.body["units"] == 2
+    assert decision.contrl.count("UCM+") == 2
+    assert "+7'" in decision.contrl
+    assert decision.body["status"] == "accepted"
+    assert decision.body["units"] == 2
     assert decision.body["contrl"] == decision.contrl
     assert decision.body["interchange"]["control_reference"] == "REF1"
 
@@ -41,7 +45,8 @@ def test_a_bad_message_is_rejected_and_the_others_published(build) -> None:
     good message's unit is published."""
     body = build.interchange(build.vermas("1", container="MSCU1234560"), build.ifcsum("2"))
     decision = _decide(body)
-    assert decision.status is Status.PARTLY_REJECTED and decision.http_status == 202
+    assert decision.status is Status.PARTLY_REJECTED
+    assert decision.http_status == 202
     assert [u.queue for u in decision.publish] == ["bulk.dispatch"]
     assert "UCI+REF1+ACME:ZZZ+PORT:ZZZ+7'" in decision.contrl
     assert "UCM+1+VERMAS:D:16A:UN:SMDG10+4'UCS+4+12'UCD+12+2:1'" in decision.contrl
@@ -53,8 +58,11 @@ def test_every_message_bad_is_a_rejection_with_nothing_published(build) -> None:
     """400 rejected, UCI 4; the claim is dropped so a corrected copy can be sent."""
     body = build.interchange(build.vermas("1", container="MSCU1234560"))
     decision = _decide(body)
-    assert decision.status is Status.REJECTED and decision.http_status == 400
-    assert decision.publish == () and decision.release and not decision.record
+    assert decision.status is Status.REJECTED
+    assert decision.http_status == 400
+    assert decision.publish == ()
+    assert decision.release
+    assert not decision.record
     assert "UCI+REF1+ACME:ZZZ+PORT:ZZZ+4'" in decision.contrl
 
 
@@ -62,7 +70,8 @@ def test_an_envelope_error_rejects_every_message(build) -> None:
     """A UNZ naming another reference: UCI 4 with error 28 on UNZ element 2."""
     body = build.interchange(build.vermas()).replace(b"UNZ+1+REF1", b"UNZ+1+OTHER")
     decision = _decide(body)
-    assert decision.status is Status.REJECTED and decision.publish == ()
+    assert decision.status is Status.REJECTED
+    assert decision.publish == ()
     assert "UCI+REF1+ACME:ZZZ+PORT:ZZZ+4+28+UNZ+2'UCM+1+VERMAS:D:16A:UN:SMDG10+4'" in (
         decision.contrl
     )
@@ -78,8 +87,11 @@ def test_an_interchange_without_messages_is_rejected_as_empty(build) -> None:
 def test_a_duplicate_is_answered_409_with_code_26_and_nothing_published(build) -> None:
     """The claim is neither recorded again nor released: it is the first copy's."""
     decision = _decide(build.interchange(build.vermas()), claim=Claim.DUPLICATE)
-    assert decision.status is Status.DUPLICATE and decision.http_status == 409
-    assert decision.publish == () and not decision.record and not decision.release
+    assert decision.status is Status.DUPLICATE
+    assert decision.http_status == 409
+    assert decision.publish == ()
+    assert not decision.record
+    assert not decision.release
     assert "UCI+REF1+ACME:ZZZ+PORT:ZZZ+4+26'UNT+3+1'" in decision.contrl
 
 
@@ -96,9 +108,12 @@ def test_a_retry_publishes_nothing_and_sends_no_contrl(
     """503 with Retry-After; one saturated queue holds back the units of every other
     queue too, so the interchange is never half-published."""
     decision = _decide(build.interchange(build.vermas(), build.ifcsum()), claim, saturated)
-    assert decision.status is Status.RETRY and decision.http_status == 503
-    assert decision.reason == reason and decision.retry_after_s == 17
-    assert decision.publish == () and decision.contrl is None
+    assert decision.status is Status.RETRY
+    assert decision.http_status == 503
+    assert decision.reason == reason
+    assert decision.retry_after_s == 17
+    assert decision.publish == ()
+    assert decision.contrl is None
     assert decision.body["retry_after_s"] == 17
 
 
@@ -118,13 +133,17 @@ def test_a_rejected_interchange_is_answered_even_when_saturated(build) -> None:
 def test_bare_messages_are_accepted_without_contrl_and_say_so(build) -> None:
     """No UNB: no duplicate check, no CONTRL, and the JSON says why."""
     decision = _decide(build.bare(build.vermas()), claim=Claim.NOT_CHECKED)
-    assert decision.status is Status.ACCEPTED and len(decision.publish) == 1
-    assert decision.contrl is None and decision.body["contrl"] is None
-    assert decision.body["interchange"] is None and decision.body["note"] == BARE_NOTE
+    assert decision.status is Status.ACCEPTED
+    assert len(decision.publish) == 1
+    assert decision.contrl is None
+    assert decision.body["contrl"] is None
+    assert decision.body["interchange"] is None
+    assert decision.body["note"] == BARE_NOTE
 
 
 def test_a_contrl_is_never_answered_with_a_contrl(build) -> None:
     """An interchange of CONTRL messages is taken, but gets no CONTRL back."""
     contrl = ["UNH+1+CONTRL:2:2:UN", "UCI+X1+PORT:ZZZ+ACME:ZZZ+8", "UNT+3+1"]
     decision = _decide(build.interchange(contrl))
-    assert decision.status is Status.ACCEPTED and decision.contrl is None
+    assert decision.status is Status.ACCEPTED
+    assert decision.contrl is None

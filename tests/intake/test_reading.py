@@ -65,7 +65,8 @@ def test_a_bad_check_digit_is_located_at_its_segment_and_element(build) -> None:
     component 1; the message is rejected and publishes nothing."""
     body = build.interchange(build.vermas(container="MSCU1234560"))
     (message,) = read_interchange(body).messages
-    assert message.rejected and message.units == ()
+    assert message.rejected
+    assert message.units == ()
     assert message.error_codes == ("container_check_digit",)
     assert message.errors == (ErrorReport(SyntaxErrorCode.INVALID_VALUE, 4, None, 2, 1),)
 
@@ -97,7 +98,8 @@ def test_units_carry_idempotency_keys_stable_across_line_endings_and_the_manifes
     assert [u.key for u in first.units] == [u.key for u in again.units]
     assert len({u.key for u in first.units}) == 2
     vermas, manifest = first.units
-    assert vermas.queue == "edi.customs" and vermas.payload["body"].startswith("UNH+1+VERMAS")
+    assert vermas.queue == "edi.customs"
+    assert vermas.payload["body"].startswith("UNH+1+VERMAS")
     assert manifest.queue == "bulk.dispatch"
     assert manifest.payload["batch_id"] == manifest.key
     assert manifest.payload["consignments"] == 3

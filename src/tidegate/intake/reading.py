@@ -90,9 +90,8 @@ class ReadMessage:
     Attributes:
         reference / identifier: from its UNH.
         document_class: its class.
-        units: what publishing it means: the whole message, or one unit per B/L of a
-            manifest, each with its idempotency key (payloads carry the document text,
-            so they are never logged).
+        units: what publishing it means (one unit, keyed by its idempotency key; the
+            payload carries the document text, so it is never logged).
         errors: error-severity findings, located for a CONTRL; empty = acceptable.
         error_codes: the finding codes behind ``errors``, for the JSON answer.
     """
@@ -204,36 +203,22 @@ def _errors(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity is Severity.ERROR]
 
 
-def _text(message: Message) -> str:
-    return "".join(segment.raw for segment in message.segments).lstrip()
+def _text(message: Message, delimiters: Delimiters) -> str:
+    """The message as sent, behind the sender's UNA when it is not the default, so that
+    a worker reads it without the interchange around it."""
+    text = "".join(segment.raw for segment in message.segments).lstrip()
+    return text if delimiters == DEFAULT_DELIMITERS else delimiters.una + text
 
 
-def _units(result: IntakeResult, delimiters: Delimiters) -> tuple[Inbound, ...]:
+def _unit(result: IntakeResult, delimiters: Delimiters) -> Inbound:
+    """One message, one unit: the payload shape its queue's task takes.
+
+    A split class (IFCSUM) goes whole to ``bulk.dispatch`` as ``{"batch_id",
+    "edifact"}``, where the worker carves it per B/L under ``batch_id`` (at most once
+    per batch); its consignments were split here only to check them. Every other
+    message goes as the ``{"key", "type", "class", "body"}`` envelope.
+    """
     message, cls = result.message, result.classification.document_class
-    common: dict[str, Any] = {
-        "type": message.type,
-        "class": cls.name,
-        "sender": message.sender,
-        "interchange_reference": message.control_reference,
-        "message_reference": message.reference,
-    }
-    if delimiters != DEFAULT_DELIMITERS:
-        common["una"] = delimiters.una
-    if result.units:
-        return tuple(
-            Inbound(
-                unit.idempotency_key,
-                cls,
-                {
-                    **common,
-                    "key": unit.idempotency_key,
-                    "bl_number": unit.bl_number,
-                    "position": unit.position,
-                    "body": unit.raw,
-                },
-            )
-            for unit in result.units
-        )
     key = idempotency_key(
         sender=message.sender,
         interchange_reference=message.control_reference,
@@ -241,7 +226,20 @@ def _units(result: IntakeResult, delimiters: Delimiters) -> tuple[Inbound, ...]:
         position=message.position,
         normalised_text="'".join(segment.normalised() for segment in message.segments),
     )
-    return (Inbound(key, cls, {**common, "key": key, "body": _text(message)}),)
+    payload: dict[str, Any] = {
+        "key": key,
+        "type": message.type,
+        "class": cls.name,
+        "sender": message.sender,
+        "interchange_reference": message.control_reference,
+        "message_reference": message.reference,
+    }
+    if cls.split:
+        payload.update(batch_id=key, edifact=_text(message, delimiters))
+        payload["consignments"] = len(result.units)
+    else:
+        payload["body"] = _text(message, delimiters)
+    return Inbound(key, cls, payload)
 
 
 def _message(result: IntakeResult, delimiters: Delimiters) -> ReadMessage:
@@ -251,7 +249,7 @@ def _message(result: IntakeResult, delimiters: Delimiters) -> ReadMessage:
         reference=message.reference,
         identifier=message.identifier,
         document_class=result.classification.document_class,
-        units=() if errors else _units(result, delimiters),
+        units=() if errors else (_unit(result, delimiters),),
         errors=tuple(_located(f, message) for f in errors),
         error_codes=tuple(f.code.value for f in errors),
     )
