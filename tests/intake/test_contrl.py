@@ -9,7 +9,7 @@ from pydifact.segmentcollection import Interchange as PydifactInterchange
 
 from tidegate.edi import EnvelopeReader, MessageIdentifier, Severity
 from tidegate.edi.contrl import (
-    Action,
+    ContrlAction,
     ErrorReport,
     InterchangeReport,
     MessageReport,
@@ -35,13 +35,15 @@ def _report(**changes: object) -> InterchangeReport:
         "recipient_qualifier": "ZZZ",
         "syntax_identifier": "UNOC",
         "syntax_version": "3",
-        "action": Action.ACKNOWLEDGED,
+        "action": ContrlAction.ACKNOWLEDGED,
         "messages": (
-            MessageReport("1", MessageIdentifier("VERMAS", "D", "16A", "UN"), Action.ACKNOWLEDGED),
+            MessageReport(
+                "1", MessageIdentifier("VERMAS", "D", "16A", "UN"), ContrlAction.ACKNOWLEDGED
+            ),
             MessageReport(
                 "2",
                 MessageIdentifier("IFCSUM", "D", "96A", "UN"),
-                Action.REJECTED,
+                ContrlAction.REJECTED,
                 (
                     ErrorReport(SyntaxErrorCode.REFERENCES_DO_NOT_MATCH, None, "UNT", 2),
                     ErrorReport(SyntaxErrorCode.INVALID_VALUE, 5, None, 2, 1),
@@ -81,7 +83,7 @@ def test_syntax_version_4_writes_a_four_digit_year_and_contrl_4_1() -> None:
 def test_a_duplicate_is_reported_on_the_uci_with_code_26() -> None:
     """Rejected as a whole: action 4, syntax error 26, no message reported."""
     report = _report(
-        action=Action.REJECTED,
+        action=ContrlAction.REJECTED,
         error=ErrorReport(SyntaxErrorCode.DUPLICATE_DETECTED),
         messages=(),
     )

@@ -21,7 +21,7 @@ Example:
     >>> from datetime import UTC, datetime
     >>> report = InterchangeReport(
     ...     control_reference="42", sender="ACME", recipient="PORT",
-    ...     syntax_identifier="UNOA", syntax_version="3", action=Action.RECEIVED,
+    ...     syntax_identifier="UNOA", syntax_version="3", action=ContrlAction.RECEIVED,
     ... )
     >>> print(write_contrl(report, reference="7", now=datetime(2026, 1, 2, 3, 4, tzinfo=UTC)))
     UNB+UNOA:3+PORT+ACME+260102:0304+7'UNH+1+CONTRL:2:2:UN'UCI+42+ACME+PORT+8'UNT+3+1'UNZ+1+7'
@@ -41,7 +41,7 @@ from tidegate.errors import ConfigurationError
 __all__ = [
     "CONTRL",
     "SUPPORTED_SYNTAX_VERSIONS",
-    "Action",
+    "ContrlAction",
     "ErrorReport",
     "InterchangeReport",
     "MessageReport",
@@ -60,8 +60,8 @@ SUPPORTED_SYNTAX_VERSIONS = frozenset({"3", "4"})
 _IDENTIFIER = {"3": ("2", "2"), "4": ("4", "1")}
 
 
-class Action(IntEnum):
-    """Action, coded (data element 0083)."""
+class ContrlAction(IntEnum):
+    """Action, coded (data element 0083): what the CONTRL says became of a level."""
 
     REJECTED = 4
     ACKNOWLEDGED = 7
@@ -121,7 +121,7 @@ class MessageReport:
 
     reference: str
     identifier: MessageIdentifier
-    action: Action
+    action: ContrlAction
     errors: tuple[ErrorReport, ...] = ()
 
 
@@ -146,7 +146,7 @@ class InterchangeReport:
     recipient: str
     syntax_identifier: str
     syntax_version: str
-    action: Action
+    action: ContrlAction
     sender_qualifier: str = ""
     recipient_qualifier: str = ""
     delimiters: Delimiters = DEFAULT_DELIMITERS

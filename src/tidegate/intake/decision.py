@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from tidegate.edi.contrl import (
-    Action,
+    ContrlAction,
     ErrorReport,
     InterchangeReport,
     MessageReport,
@@ -151,7 +151,7 @@ def _body(
 
 def _contrl(
     reading: Reading,
-    action: Action,
+    action: ContrlAction,
     error: ErrorReport | None,
     *,
     reference: str,
@@ -168,7 +168,7 @@ def _contrl(
         MessageReport(
             m.reference,
             m.identifier,
-            Action.REJECTED if all_rejected or m.rejected else Action.ACKNOWLEDGED,
+            ContrlAction.REJECTED if all_rejected or m.rejected else ContrlAction.ACKNOWLEDGED,
             m.errors,
         )
         for m in reading.messages
@@ -230,7 +230,7 @@ def decide(
         error = ErrorReport(SyntaxErrorCode.DUPLICATE_DETECTED)
         contrl = _contrl(
             reading,
-            Action.REJECTED,
+            ContrlAction.REJECTED,
             error,
             reference=contrl_reference,
             now=now,
@@ -258,7 +258,7 @@ def decide(
         all_rejected = interchange_error is not None
         contrl = _contrl(
             reading,
-            Action.REJECTED,
+            ContrlAction.REJECTED,
             interchange_error,
             reference=contrl_reference,
             now=now,
@@ -272,7 +272,7 @@ def decide(
         return retry(reading, "saturated", retry_after_s=retry_after_s, saturated=full)
     partly = any(m.rejected for m in reading.messages)
     status = Status.PARTLY_REJECTED if partly else Status.ACCEPTED
-    action = Action.ACKNOWLEDGED if partly else Action.RECEIVED
+    action = ContrlAction.ACKNOWLEDGED if partly else ContrlAction.RECEIVED
     contrl = _contrl(reading, action, None, reference=contrl_reference, now=now)
     reason = "messages_rejected" if partly else "accepted"
     body = _body(reading, status, reason, contrl, len(units))
