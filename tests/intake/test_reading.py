@@ -111,3 +111,18 @@ def test_a_unit_under_the_senders_una_carries_that_una(build) -> None:
     body = build.interchange(build.vermas(), una="!*.? ~")
     (unit,) = read_interchange(body).units
     assert unit.payload["body"].startswith("UNA!*.? ~UNH*1*VERMAS!D")
+
+
+def test_a_manifest_unit_carries_the_whole_message_for_the_bulk_worker(build) -> None:
+    """The splitter takes a manifest's segments while it is read; the published text
+    must still hold every consignment, so that bulk.dispatch carves the same B/Ls, and
+    two manifests differing only in a consignment get different keys."""
+    from tidegate.edi import Intake
+
+    bls = [f"BL{i}" for i in range(40)]
+    (unit,) = read_interchange(build.interchange(build.ifcsum(bls=bls))).units
+    (result,) = Intake(unit.payload["edifact"].encode())
+    assert [u.bl_number for u in result.units] == bls
+    assert result.all_findings() == []
+    other = read_interchange(build.interchange(build.ifcsum(bls=[*bls[:-1], "BLX"]))).units
+    assert other[0].key != unit.key

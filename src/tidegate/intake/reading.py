@@ -23,7 +23,7 @@ from tidegate.edi.classify import DEFAULT_ROUTES, DocumentClass, Route
 from tidegate.edi.contrl import SUPPORTED_SYNTAX_VERSIONS, ErrorReport, SyntaxErrorCode
 from tidegate.edi.envelope import Interchange, Message, MessageIdentifier
 from tidegate.edi.findings import DEFAULT_POLICY, Finding, FindingCode, FindingPolicy, Severity
-from tidegate.edi.ifcsum import idempotency_key
+from tidegate.edi.ifcsum import ConsignmentSplitter, idempotency_key
 from tidegate.edi.intake import Intake, IntakeResult
 from tidegate.edi.syntax import DEFAULT_DELIMITERS, Delimiters
 from tidegate.edi.tokenizer import DEFAULT_MAX_SEGMENT_BYTES, tokenize
@@ -203,11 +203,28 @@ def _errors(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity is Severity.ERROR]
 
 
-def _text(message: Message, delimiters: Delimiters) -> str:
-    """The message as sent, behind the sender's UNA when it is not the default, so that
-    a worker reads it without the interchange around it."""
-    text = "".join(segment.raw for segment in message.segments).lstrip()
-    return text if delimiters == DEFAULT_DELIMITERS else delimiters.una + text
+def _texts(result: IntakeResult) -> tuple[str, str]:
+    """The message as sent, and the normalised text its idempotency key is taken over.
+
+    A split class's segments were taken by the splitter while they were read: the
+    message keeps only its UNH and UNT, so the text is put back together from the
+    splitter's header and each consignment's raw text (a consignment stands in the
+    key by its own idempotency key, which covers its normalised text).
+    """
+    message = result.message
+    head, tail = message.segments[:1], message.segments[1:]
+    splitter = message.consumer
+    if isinstance(splitter, ConsignmentSplitter):
+        head = [*head, *splitter.header]
+        raw = "".join(s.raw for s in head) + "".join(u.raw for u in result.units)
+        identity = [
+            *(s.normalised() for s in head),
+            *(u.idempotency_key for u in result.units),
+            *(s.normalised() for s in tail),
+        ]
+        return (raw + "".join(s.raw for s in tail)).lstrip(), "'".join(identity)
+    raw = "".join(segment.raw for segment in message.segments).lstrip()
+    return raw, "'".join(segment.normalised() for segment in message.segments)
 
 
 def _unit(result: IntakeResult, delimiters: Delimiters) -> Inbound:
@@ -219,12 +236,14 @@ def _unit(result: IntakeResult, delimiters: Delimiters) -> Inbound:
     message goes as the ``{"key", "type", "class", "body"}`` envelope.
     """
     message, cls = result.message, result.classification.document_class
+    raw, normalised = _texts(result)
+    text = raw if delimiters == DEFAULT_DELIMITERS else delimiters.una + raw
     key = idempotency_key(
         sender=message.sender,
         interchange_reference=message.control_reference,
         message_reference=message.reference,
         position=message.position,
-        normalised_text="'".join(segment.normalised() for segment in message.segments),
+        normalised_text=normalised,
     )
     payload: dict[str, Any] = {
         "key": key,
@@ -235,10 +254,10 @@ def _unit(result: IntakeResult, delimiters: Delimiters) -> Inbound:
         "message_reference": message.reference,
     }
     if cls.split:
-        payload.update(batch_id=key, edifact=_text(message, delimiters))
+        payload.update(batch_id=key, edifact=text)
         payload["consignments"] = len(result.units)
     else:
-        payload["body"] = _text(message, delimiters)
+        payload["body"] = text
     return Inbound(key, cls, payload)
 
 
