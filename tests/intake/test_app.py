@@ -238,3 +238,23 @@ def test_the_app_refuses_to_start_without_keys_or_anonymous(pipeline: IntakePipe
 
     with pytest.raises(ConfigurationError, match="API keys"):
         create_app(pipeline)
+
+
+def test_a_unit_above_the_payload_limit_refuses_the_whole_interchange_before_publishing(
+    client: TestClient,
+    build,
+    admission: Admission,
+    redis_client: redis.Redis,
+    queue_of: Callable[[str], str],
+) -> None:
+    """The VERMAS fits, the manifest does not: 413 and neither is on the broker (no
+    half-published interchange), and the claim is dropped for the split-up retry."""
+    admission.max_payload_bytes = 600
+    bls = [f"BL{i}" for i in range(40)]
+    response = client.post(URL, content=build.interchange(build.vermas(), build.ifcsum(bls=bls)))
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "unit_too_large"
+    assert redis_client.llen(queue_of("edi.customs")) == 0
+    admission.max_payload_bytes = 1 << 20
+    retry = client.post(URL, content=build.interchange(build.vermas(), build.ifcsum(bls=bls)))
+    assert retry.status_code == 202

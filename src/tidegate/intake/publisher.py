@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from tidegate.load.admission import Admission, Inbound
+from tidegate.load.payload import check_payload_size
 from tidegate.load.watermarks import Level
 
 __all__ = ["AdmissionPublisher", "MemoryPublisher", "Publisher"]
@@ -26,7 +27,13 @@ class Publisher(Protocol):
         """The queues among ``queues`` that are above their high watermark."""
 
     def publish(self, units: Sequence[Inbound]) -> None:
-        """Put every unit on the broker; return once the broker has them all."""
+        """Put every unit on the broker; return once the broker has them all.
+
+        Raises:
+            PayloadTooLarge: a unit is too large; checked before any is sent.
+            BackendError: the broker failed (some units may be on it: see
+                :mod:`tidegate.intake.pipeline` for why that is harmless).
+        """
 
 
 class AdmissionPublisher:
@@ -46,6 +53,10 @@ class AdmissionPublisher:
         return frozenset(q for q in queues if self.admission.load(q).level is Level.HIGH)
 
     def publish(self, units: Sequence[Inbound]) -> None:
+        # Every size first: a unit refused after others were sent would leave the
+        # interchange half-published.
+        for unit in units:
+            check_payload_size(unit.payload, limit_bytes=self.admission.max_payload_bytes)
         for unit in units:
             self.admission.submit(unit, block=False)
 
