@@ -258,3 +258,25 @@ def test_a_unit_above_the_payload_limit_refuses_the_whole_interchange_before_pub
     admission.max_payload_bytes = 1 << 20
     retry = client.post(URL, content=build.interchange(build.vermas(), build.ifcsum(bls=bls)))
     assert retry.status_code == 202
+
+
+def test_a_sheddable_document_is_quarantined_once_its_queue_sheds_instead_of_503(
+    client: TestClient,
+    build,
+    admission: Admission,
+    redis_client: redis.Redis,
+    queue_of: Callable[[str], str],
+) -> None:
+    """IFTSTA may wait: while its queue is merely above HWM the sender is told to retry;
+    once overload is sustained (shed after 3 samples) the admission quarantines it,
+    durably, and the sender gets its CONTRL instead of 503s for the whole surge."""
+    tos = queue_of("edi.tos")
+    redis_client.lpush(tos, *[b"backlog"] * 6)
+    body = build.interchange(["UNH+1+IFTSTA:D:00B:UN", "BGM+23+ST1+9", "UNT+3+1"])
+    assert client.post(URL, content=body).status_code == 503
+    assert client.post(URL, content=body).status_code == 503
+    accepted = client.post(URL, content=body)
+    assert accepted.status_code == 202
+    assert accepted.json()["status"] == "accepted"
+    assert redis_client.llen(tos) == 6
+    assert admission.quarantine.stats()["by_queue"] == {tos: 1}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -192,12 +192,12 @@ def test_concurrent_posts_of_one_interchange_publish_once(
 
 def test_the_saturation_question_is_asked_only_about_this_interchanges_queues(build) -> None:
     """The admission is not asked about queues no unit goes to."""
-    asked: list[Collection[str]] = []
+    asked: list[list[str]] = []
 
     class Recording(MemoryPublisher):
-        def saturated(self, queues: Collection[str]) -> frozenset[str]:
-            asked.append(sorted(queues))
-            return super().saturated(queues)
+        def saturated(self, units: Sequence[Inbound]) -> frozenset[str]:
+            asked.append(sorted(u.queue for u in units))
+            return super().saturated(units)
 
     _pipeline(publisher=Recording()).submit(build.interchange(build.vermas()))
     assert asked == [["edi.customs"]]

@@ -5,7 +5,8 @@ The order is what makes an acknowledgement safe:
 1. read the interchange; check that the client owns its UNB sender id;
 2. claim the interchange in the duplicate window (atomic: one of two concurrent
    copies wins, the other is told it is a duplicate or to retry);
-3. ask the admission which of the units' queues are above their HWM;
+3. ask the admission which of the units' queues are above their HWM (for units it
+   would not shed to the quarantine);
 4. :func:`~tidegate.intake.decision.decide` — pure — says what to answer;
 5. publish every unit, and only then record the interchange as accepted;
 6. answer with the CONTRL.
@@ -141,10 +142,10 @@ class IntakePipeline:
         return decision
 
     def _carry_out(self, reading: Reading, claim: Claim) -> Decision:
-        queues = {unit.queue for unit in reading.units}
+        units = reading.units
         saturated: frozenset[str] = frozenset()
-        if queues and claim in (Claim.NEW, Claim.NOT_CHECKED):
-            saturated = self.publisher.saturated(queues)
+        if units and claim in (Claim.NEW, Claim.NOT_CHECKED):
+            saturated = self.publisher.saturated(units)
         decision = decide(
             reading,
             claim=claim,
