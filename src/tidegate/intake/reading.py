@@ -160,6 +160,10 @@ def _newline_terminated(body: bytes) -> bool:
     terminator = start[8:9] if start.startswith(b"UNA") and len(start) >= 9 else b"'"
     if b"\n" not in start or terminator in (b"\n", b"\r"):
         return False
+    if start.count(terminator) * 2 >= start.count(b"\n"):
+        # About a terminator per line break: ordinary one-segment-per-line EDIFACT. Two
+        # counts in C spare a large body the line split below.
+        return False
     lines = [line.strip() for line in start.splitlines() if line.strip()]
     segments = [line for line in lines if _TAG_LINE.match(line) and not line.startswith(b"UNA")]
     if len(segments) < 2:
