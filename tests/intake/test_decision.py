@@ -147,3 +147,22 @@ def test_a_contrl_is_never_answered_with_a_contrl(build) -> None:
     decision = _decide(build.interchange(contrl))
     assert decision.status is Status.ACCEPTED
     assert decision.contrl is None
+
+
+@pytest.mark.filterwarnings("ignore::pydifact.exceptions.MissingImplementationWarning")
+def test_the_contrl_answers_a_version_4_interchange_under_the_senders_una(build) -> None:
+    """End to end from the sender's bytes: CONTRL 4.1 with a CCYYMMDD date, written with
+    the sender's separators, readable by tidegate and by pydifact."""
+    from pydifact.segmentcollection import Interchange as PydifactInterchange
+
+    from tidegate.edi import EnvelopeReader
+
+    body = build.interchange(build.vermas(), syntax="UNOC:4", una="!*.? ~")
+    contrl = _decide(body).contrl
+    assert contrl.startswith("UNA!*.? ~UNB*UNOC!4*PORT!ZZZ*ACME!ZZZ*20260304!0506*C1~")
+    assert "UNH*1*CONTRL!4!1!UN~UCI*REF1*ACME!ZZZ*PORT!ZZZ*8~" in contrl
+    (message,) = EnvelopeReader(contrl.encode())
+    assert message.type == "CONTRL"
+    assert message.findings == []
+    tags = [s.tag for s in PydifactInterchange.from_str(contrl).segments]
+    assert tags == ["UNH", "UCI", "UCM", "UNT"]
