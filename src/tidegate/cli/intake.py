@@ -149,10 +149,13 @@ def serve(
     if keys_file is not None and allow_anonymous:
         raise click.UsageError("--keys-file and --allow-anonymous exclude each other")
     queue_tasks = _tasks(tasks)
+    try:
+        keys = ApiKeys.from_file(keys_file) if keys_file is not None else None
+    except TidegateError as exc:
+        raise TidegateCLIError(str(exc)) from None
     broker = resolve_broker(redis_url, broker_url)
     with redis_client(redis_url) as client:
         try:
-            keys = ApiKeys.from_file(keys_file) if keys_file is not None else None
             admission = Admission.for_celery(
                 Celery("tidegate-intake", broker=broker), queue_tasks, client=client, prefix=prefix
             )
