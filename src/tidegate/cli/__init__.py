@@ -51,6 +51,7 @@ def _register() -> None:
     from tidegate.cli.dlq import dlq
     from tidegate.cli.edi import edi
     from tidegate.cli.gate import gate
+    from tidegate.cli.intake import intake
     from tidegate.cli.monitor import metrics, monitor, watermarks
     from tidegate.cli.quarantine import quarantine
 
@@ -62,6 +63,7 @@ def _register() -> None:
     cli.add_command(metrics)
     cli.add_command(watermarks)
     cli.add_command(demo)
+    cli.add_command(intake)
 
 
 _register()

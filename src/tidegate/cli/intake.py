@@ -1,0 +1,197 @@
+"""``tidegate intake serve``: the HTTP front door for senders' interchanges.
+
+Senders ``POST /interchanges`` with the raw EDIFACT as the body and get the CONTRL and a
+JSON summary back; see :mod:`tidegate.intake` for what is acknowledged when. Units go
+to the Celery broker (``--broker-url``, default the Redis URL) with the task of their
+queue (``--task QUEUE=TASK``); the duplicate window, watermarks and quarantine live in
+tidegate's Redis under ``--prefix``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tidegate.cli._common import (
+    FiniteFloat,
+    TidegateCLIError,
+    connection_options,
+    redis_client,
+)
+from tidegate.cli.monitor import broker_url_option, resolve_broker
+from tidegate.errors import TidegateError
+from tidegate.logging import get_logger
+
+__all__ = ["DEFAULT_TASKS", "intake"]
+
+log = get_logger("tidegate.intake")
+
+#: The task each queue's units are sent to, unless ``--task`` says otherwise.
+DEFAULT_TASKS: dict[str, str] = {
+    "edi.customs": "edi.customs.submit",
+    "edi.tos": "edi.tos.push",
+    "bulk.dispatch": "bulk.dispatch",
+    "edi.unrouted": "edi.unrouted.hold",
+}
+
+_DAY_MS = 24 * 3600 * 1000
+
+
+def _tasks(values: tuple[str, ...]) -> dict[str, str]:
+    tasks = dict(DEFAULT_TASKS)
+    for value in values:
+        queue, _, task = value.partition("=")
+        if not queue.strip() or not task.strip():
+            raise click.BadParameter(f"expected QUEUE=TASK, got {value!r}", param_hint="--task")
+        tasks[queue.strip()] = task.strip()
+    return tasks
+
+
+@click.group()
+def intake() -> None:
+    """The front door: take interchanges from senders over HTTP."""
+
+
+@intake.command()
+@click.option("--port", type=click.IntRange(1, 65535), required=True, help="TCP port to listen on.")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: all)."
+)
+@connection_options
+@broker_url_option
+@click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    metavar="QUEUE=TASK",
+    help="The Celery task of a queue's units (repeatable). Default: "
+    + ", ".join(f"{q}={t}" for q, t in DEFAULT_TASKS.items())
+    + ".",
+)
+@click.option(
+    "--keys-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="TIDEGATE_INTAKE_KEYS_FILE",
+    show_envvar=True,
+    default=None,
+    help="JSON file of API keys (SHA-256) and the UNB sender ids each client owns.",
+)
+@click.option(
+    "--allow-anonymous",
+    is_flag=True,
+    help="Take interchanges without credentials, for any sender (closed networks only).",
+)
+@click.option(
+    "--max-body-bytes",
+    type=click.IntRange(1),
+    default=64 * 1024 * 1024,
+    show_default=True,
+    help="Largest body taken; larger ones are answered 413 without being read.",
+)
+@click.option(
+    "--read-timeout",
+    type=FiniteFloat(min=0.1, max=3600),
+    default=60.0,
+    show_default=True,
+    help="Seconds a whole upload may take; slower ones are answered 408.",
+)
+@click.option(
+    "--duplicate-window-days",
+    type=FiniteFloat(min=0.001, max=3650),
+    default=30.0,
+    show_default=True,
+    help="How long a sender id + control reference is remembered; a repeat is answered 409.",
+)
+@click.option(
+    "--retry-after",
+    type=click.IntRange(1, 3600),
+    default=30,
+    show_default=True,
+    help="Retry-After (seconds) of a 503 when a queue is above its high watermark.",
+)
+def serve(
+    port: int,
+    host: str,
+    redis_url: str | None,
+    prefix: str,
+    broker_url: str | None,
+    tasks: tuple[str, ...],
+    keys_file: Path | None,
+    allow_anonymous: bool,
+    max_body_bytes: int,
+    read_timeout: float,
+    duplicate_window_days: float,
+    retry_after: int,
+) -> None:
+    """Serve POST /interchanges until interrupted."""
+    try:
+        import uvicorn
+        from celery import Celery
+
+        from tidegate.intake import (
+            AdmissionPublisher,
+            ApiKeys,
+            IntakePipeline,
+            Limits,
+            RedisDuplicates,
+            create_app,
+        )
+        from tidegate.load.admission import Admission
+    except ImportError as exc:
+        raise TidegateCLIError(
+            f"{exc}: `tidegate intake serve` needs the intake extra "
+            "(pip install 'tidegate[intake]')"
+        ) from None
+    if keys_file is None and not allow_anonymous:
+        raise click.UsageError("pass --keys-file (API keys), or --allow-anonymous")
+    if keys_file is not None and allow_anonymous:
+        raise click.UsageError("--keys-file and --allow-anonymous exclude each other")
+    queue_tasks = _tasks(tasks)
+    try:
+        keys = ApiKeys.from_file(keys_file) if keys_file is not None else None
+    except TidegateError as exc:
+        raise TidegateCLIError(str(exc)) from None
+    broker = resolve_broker(redis_url, broker_url)
+    with redis_client(redis_url) as client:
+        try:
+            admission = Admission.for_celery(
+                Celery("tidegate-intake", broker=broker), queue_tasks, client=client, prefix=prefix
+            )
+            pipeline = IntakePipeline(
+                duplicates=RedisDuplicates(
+                    client, prefix=prefix, window_ms=max(1, round(duplicate_window_days * _DAY_MS))
+                ),
+                publisher=AdmissionPublisher(admission),
+                retry_after_s=retry_after,
+            )
+            app = create_app(
+                pipeline,
+                keys=keys,
+                allow_anonymous=allow_anonymous,
+                limits=Limits(max_body_bytes=max_body_bytes, read_timeout_s=read_timeout),
+            )
+        except TidegateError as exc:
+            raise TidegateCLIError(str(exc)) from None
+        if allow_anonymous:
+            click.secho(
+                "WARNING: --allow-anonymous: this intake takes interchanges from anyone, "
+                "for any sender id. Use it on a closed network only.",
+                fg="red",
+                bold=True,
+                err=True,
+            )
+            log.warning("intake_anonymous", host=host, port=port)
+        options: dict[str, Any] = {"log_config": None, "access_log": False}
+        log.info(
+            "intake_started",
+            host=host,
+            port=port,
+            prefix=prefix,
+            clients=len(keys) if keys is not None else 0,
+            anonymous=allow_anonymous,
+            queues=sorted(queue_tasks),
+            max_body_bytes=max_body_bytes,
+        )
+        uvicorn.run(app, host=host, port=port, **options)
