@@ -253,6 +253,59 @@ def test_a_first_failure_is_stamped_on_the_parked_unit(
     assert before <= parked["first_failed_at"] <= time.time()
 
 
+def _redis_now(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds + micros / 1_000_000
+
+
+def test_a_worker_clock_running_ahead_does_not_shorten_the_horizon(
+    app: Celery,
+    tos: TosSim,
+    redis_client: redis.Redis,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """This worker's wall clock runs a day ahead; on the fleet clock (Redis TIME) the
+    outage is a minute old, well inside the hour's horizon: parked, not dead-lettered."""
+    tos.set_outage(None, mode="503")
+    policy = RetryPolicy(max_attempts=2, min_horizon_s=3600, backoff_base_s=0.1)
+    push = _task(app, tos, [], retry_policy=policy)
+    first_failed = _redis_now(redis_client) - 60
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 86_400)
+
+    result = push.apply(
+        args=[ENVELOPE], headers={ATTEMPT_HEADER: 5, FIRST_FAILED_HEADER: first_failed}
+    ).get()
+
+    monkeypatch.undo()
+    assert result["tidegate"] == "parked"
+    assert len(DeadLetterQueue(redis_client, prefix=prefix)) == 0
+    (parked,) = _parked(redis_client, prefix)
+    assert parked["first_failed_at"] == pytest.approx(first_failed)
+
+
+def test_the_first_failure_is_stamped_on_the_fleet_clock(
+    app: Celery,
+    tos: TosSim,
+    redis_client: redis.Redis,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker a day ahead stamps the first failure with Redis's time, not its own."""
+    tos.set_outage(None, mode="503")
+    push = _task(app, tos, [])
+    before = _redis_now(redis_client)
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 86_400)
+
+    push.apply(args=[ENVELOPE]).get()
+
+    monkeypatch.undo()
+    (parked,) = _parked(redis_client, prefix)
+    assert before <= parked["first_failed_at"] <= _redis_now(redis_client)
+
+
 def test_redis_down_before_the_call_requeues_without_sending(
     app: Celery, tos: TosSim, monkeypatch: pytest.MonkeyPatch
 ) -> None:

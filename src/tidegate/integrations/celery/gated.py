@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
-from tidegate.delivery import Action, RetryPolicy, Verdict, verdict_for
+from tidegate.delivery import Action, RetryPolicy, Verdict, judge_now
 from tidegate.errors import BackendError, ConfigurationError, MalformedUnit
 from tidegate.integrations.celery.runtime import Runtime, runtime
 from tidegate.load import DeadLetter, DeliveryState
@@ -44,7 +44,7 @@ log = get_logger("tidegate.celery")
 
 #: Message header carrying the failed-attempt count across parking and republishing.
 ATTEMPT_HEADER = "tidegate_attempt"
-#: Message header carrying the wall-clock time (epoch s) of the unit's first failure.
+#: Message header carrying the unit's first failure (epoch s, fleet clock: Redis TIME).
 FIRST_FAILED_HEADER = "tidegate_first_failed_at"
 #: Message header set by a DLQ replay: on delivery, the DLQ record is removed.
 REPLAY_HEADER = "tidegate_replay"
@@ -113,16 +113,14 @@ class GatedTask(Task[Any, Any]):
             except _CELERY_CONTROL_FLOW:
                 raise
             except Exception as exc:
-                now = time.time()
-                verdict = verdict_for(
+                verdict, first_failed = judge_now(
+                    gate,
                     exc,
                     attempt=attempt,
                     throttles=throttles,
                     policy=self.retry_policy,
-                    failing_for_s=0.0 if first_failed is None else max(0.0, now - first_failed),
+                    first_failed_at=first_failed,
                 )
-                if first_failed is None and verdict.attempt > attempt:
-                    first_failed = now
                 if verdict.action is Action.RETRY_IN_PLACE:
                     throttles += 1
                     continue
