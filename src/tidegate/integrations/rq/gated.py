@@ -33,11 +33,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from rq.job import Job, get_current_job
-from rq.queue import Queue
 
 from tidegate.delivery import Action, RetryPolicy, Verdict, judge_now
 from tidegate.flow import Gate
 from tidegate.integrations.rq._runtime import client_for_job, gate_for, prefix
+from tidegate.integrations.rq._serializer import json_queue
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
 from tidegate.logging import get_logger
 
@@ -69,7 +69,7 @@ def idempotency_key(job: Job | None, args: Sequence[Any], kwargs: Mapping[str, A
 
 
 def _park(job: Job, verdict: Verdict, first_failed: float | None) -> dict[str, Any]:
-    queue = Queue(job.origin, connection=job.connection, serializer=job.serializer)
+    queue = json_queue(job.origin, job.connection)
     due = datetime.now(UTC) + timedelta(seconds=verdict.delay_s)
     if due.microsecond:  # RQ's scheduled registry keeps whole seconds: never come back early
         due = due.replace(microsecond=0) + timedelta(seconds=1)
