@@ -25,6 +25,7 @@ from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEAD
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState, ParkingLot
 from tidegate.load.outstanding import Outstanding, OutstandingUnit
+from tidegate.logging import key_hash
 from tidegate.sim import TosSim
 
 ENVELOPE = {"key": "COARRI-0001", "type": "COARRI", "class": "terminal", "body": "UNH+1'"}
@@ -172,7 +173,8 @@ def test_a_ledger_failure_after_delivery_neither_raises_nor_requeues(
 
     assert result.get() == {"tidegate": "delivered"}  # not a Reject(requeue=True)
     assert len(marks) == 3  # tried, retried twice, then given up on
-    assert [e["key"] for e in logs if e["event"] == "ledger_mark_failed"] == [ENVELOPE["key"]]
+    marks = [e["key_hash"] for e in logs if e["event"] == "ledger_mark_failed"]
+    assert marks == [key_hash(ENVELOPE["key"])]
     # The ledger still says "sending": a redelivery asks the TOS and does not resend.
     monkeypatch.undo()
     assert push.apply(args=[ENVELOPE]).get() == {"tidegate": "already_delivered"}
