@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from rq.job import Retry
 from rq.queue import Queue
 from rq.registry import FailedJobRegistry
 
@@ -89,11 +90,12 @@ def test_a_planted_pickle_job_is_refused_and_reported_and_a_json_job_runs(
     """Two jobs planted with RQ's pickle default — one that would be delivered if run,
     one that runs code when unpickled — and one JSON job, for a real JsonWorker: the
     JSON job is delivered; the pickled ones never reach the downstream, the trap
-    never fires, and each is dead-lettered, failed in RQ and logged with its job id."""
+    never fires, and each is dead-lettered, failed in RQ (never retried) and logged
+    once with its job id."""
     Gate(redis_client, "customs", prefix=prefix).configure(rate=100, burst=10)
     marker = tmp_path / "unpickled"
     pickled = Queue(rq_queue, connection=redis_client)
-    would_deliver = pickled.enqueue("rq_jobs.lodge", envelope("pickled-1"))
+    would_deliver = pickled.enqueue("rq_jobs.lodge", envelope("pickled-1"), retry=Retry(max=2))
     trap = pickled.enqueue("rq_jobs.lodge", {**envelope("pickled-2"), "trap": Trap(marker)})
     json_queue(rq_queue, redis_client).enqueue("rq_jobs.lodge", envelope("json-1"))
 
@@ -110,6 +112,7 @@ def test_a_planted_pickle_job_is_refused_and_reported_and_a_json_job_runs(
         assert letter.exception == "ContentRefused"
         assert letter.reason == "refused: job data is pickle; tidegate's RQ workers take JSON only"
         assert letter.payload == {"queue": rq_queue, "rq_job_id": letter.key}
+        assert letter.attempts == 1  # refused once: an RQ retry would only refuse it again
     failed = FailedJobRegistry(rq_queue, connection=redis_client).get_job_ids()
     assert sorted(failed) == sorted([would_deliver.id, trap.id])
     events = [

@@ -56,12 +56,14 @@ class JsonWorker(Worker):
         """Dead-letter, report and fail ``job`` without running it.
 
         RQ's own failure bookkeeping runs as for a job that raised, so the job leaves
-        the queue's intermediate list and is visible in the ``FailedJobRegistry``.
+        the queue's intermediate list and is visible in the ``FailedJobRegistry`` —
+        never retried, whatever ``Retry`` it was enqueued with.
         """
         with self.connection.pipeline() as pipe:
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)
             pipe.execute()
         dead_letter_refused(job, refused, self.connection)
+        job.retries_left = None  # an RQ retry would only refuse it again
         self.handle_job_failure(
             job, queue, exc_string=f"{type(refused).__name__}: {refused.problem}"
         )
