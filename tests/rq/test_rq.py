@@ -79,6 +79,8 @@ def test_a_job_that_cannot_pass_the_gate_is_parked_in_rqs_scheduler(
         pool = workers({"TIDEGATE_CUSTOMS_URL": sim.url, "TIDEGATE_MAX_WAIT_S": "0.2"})
         pool.start([rq_queue], burst=False, scheduler=True)
         wait_for(lambda: sim.stats(timeline=False)["distinct_keys"] == 1, 30, pool.logs())
+        # The sim counts the call before the worker records the job as finished.
+        wait_for(lambda: queue.finished_job_registry.count == 2, 30, pool.logs())
     first.refresh()
     result = first.return_value()
     assert (result["tidegate"], result["reason"]) == ("parked", "gate_paused")
