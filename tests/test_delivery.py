@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tidegate.delivery import Action, RetryPolicy, verdict_for
+from tidegate.delivery import Action, RetryPolicy, fleet_now_s, judge, judge_now, verdict_for
 from tidegate.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -16,6 +16,9 @@ from tidegate.errors import (
     MalformedUnit,
     Throttled,
 )
+from tidegate.flow import Gate
+from tidegate.flow.backends.memory import ManualClock, MemoryBackend
+from tidegate.settings import GatePolicy
 
 POLICY = RetryPolicy(
     max_attempts=3, min_horizon_s=0, backoff_base_s=1.0, backoff_cap_s=8.0, max_throttle_loops=2
@@ -143,3 +146,85 @@ def test_a_bug_is_dead_lettered_not_retried_forever() -> None:
 def test_invalid_policy(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigurationError):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+HORIZON = RetryPolicy(max_attempts=1, min_horizon_s=600, backoff_base_s=1.0, backoff_cap_s=8)
+
+
+def test_judge_stamps_the_first_failure_at_the_given_time() -> None:
+    """The first failed attempt carries ``now_s`` on; a throttle (no attempt) does not."""
+    outage = DownstreamUnavailable("customs", "503")
+    v, first = judge(
+        outage, now_s=5_000.0, first_failed_at=None, attempt=0, throttles=0, policy=POLICY
+    )
+    assert (v.action, first) == (Action.PARK, 5_000.0)
+    v, first = judge(
+        Throttled("customs", 3.0, reason="paused"),
+        now_s=5_000.0,
+        first_failed_at=None,
+        attempt=0,
+        throttles=0,
+        policy=POLICY,
+    )
+    assert (v.action, first) == (Action.PARK, None)
+
+
+def test_judge_measures_the_horizon_on_the_time_it_is_given() -> None:
+    """Same unit, same attempts: 599 s after its first failure parked, 600 s dead-lettered."""
+    outage = DownstreamUnavailable("customs", "503")
+    early, kept = judge(
+        outage, now_s=1_599.0, first_failed_at=1_000.0, attempt=3, throttles=0, policy=HORIZON
+    )
+    late, _ = judge(
+        outage, now_s=1_600.0, first_failed_at=1_000.0, attempt=3, throttles=0, policy=HORIZON
+    )
+    assert (early.action, kept) == (Action.PARK, 1_000.0)
+    assert late.action is Action.DEAD_LETTER
+
+
+def test_fleet_now_is_the_gates_clock_not_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's wall clock is a day ahead; the horizon still reads the gate's clock."""
+    import time
+
+    clock = ManualClock(start_ms=2_000_000.0)
+    gate = Gate(MemoryBackend(clock), "customs", policy=GatePolicy(rate=5, burst=1))
+    monkeypatch.setattr(time, "time", lambda: 86_400.0 + 2_000.0)
+    assert fleet_now_s(gate) == 2_000.0
+    v, first = judge_now(
+        gate,
+        DownstreamUnavailable("customs", "503"),
+        attempt=3,
+        throttles=0,
+        policy=HORIZON,
+        first_failed_at=1_700.0,
+    )
+    assert (v.action, first) == (Action.PARK, 1_700.0)
+    clock.advance(300)
+    v, _ = judge_now(
+        gate,
+        DownstreamUnavailable("customs", "503"),
+        attempt=3,
+        throttles=0,
+        policy=HORIZON,
+        first_failed_at=1_700.0,
+    )
+    assert v.action is Action.DEAD_LETTER
+
+
+def test_a_clock_that_cannot_be_read_requeues() -> None:
+    """Redis cannot tell the time: nothing can be parked or dead-lettered, so requeue."""
+
+    class Down(MemoryBackend):
+        def snapshot(self, keys):  # type: ignore[no-untyped-def]
+            raise BackendUnavailable("gate snapshot: connection refused")
+
+    gate = Gate(Down(), "customs", policy=GatePolicy(rate=5, burst=1))
+    v, first = judge_now(
+        gate,
+        DownstreamRejected("customs", "invalid", status=422),
+        attempt=0,
+        throttles=0,
+        policy=POLICY,
+        first_failed_at=None,
+    )
+    assert (v.action, v.reason, first) == (Action.REQUEUE, "redis_unavailable", None)

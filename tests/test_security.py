@@ -170,3 +170,55 @@ def test_only_json_is_accepted() -> None:
         loads(body, content_type, encoding, accept=accepted)
     content_type, encoding, body = dumps({"x": 1}, serializer="json")
     assert loads(body, content_type, encoding, accept=accepted) == {"x": 1}
+
+
+#: A B/L number as carriers write them; the TOS forward uses it as the unit's key.
+BL_NUMBER = "MAEU245118907"
+
+
+def test_no_bl_number_reaches_a_log_line(redis_client: redis.Redis, prefix: str) -> None:
+    """The log audit for business identifiers: a B/L-keyed unit refused by the TOS, then
+    dead-lettered and replayed, writes JSON lines that name it only by its key's hash —
+    and a ``bl_number``/``containers`` field passed by mistake is redacted."""
+    import io
+    import json
+
+    from tidegate.downstream import DownstreamClient
+    from tidegate.errors import DownstreamRejected
+    from tidegate.load.dlq import DeadLetter, DeadLetterQueue
+    from tidegate.load.replay import replay_dead_letters
+    from tidegate.logging import configure, get_logger, key_hash
+    from tidegate.sim import TosSim
+
+    stream = io.StringIO()
+    configure(stream=stream)
+    with TosSim(max_connections=4, service_s=0.0) as tos:
+        tos.reject_keys([BL_NUMBER])
+        with (
+            DownstreamClient("tos", tos.url) as client,
+            pytest.raises(DownstreamRejected),
+        ):
+            client.send(tos.path, {"bl": "x"}, idempotency_key=BL_NUMBER)
+    dlq = DeadLetterQueue(redis_client, prefix=prefix)
+    dlq.add(
+        DeadLetter(
+            key=BL_NUMBER,
+            task="edi.tos.forward_bl",
+            reason="downstream rejected the document (HTTP 422)",
+            bl_number=BL_NUMBER,
+            batch_id="batch-1",
+        )
+    )
+    replay_dead_letters(dlq, lambda letter: None, limit=10)
+    get_logger("tidegate.test").warning(
+        "careless_event", bl_number=BL_NUMBER, containers=["MSKU9070323"]
+    )
+
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    events = {line["event"]: line for line in lines}
+    assert {"downstream_rejected", "bl_dead_lettered", "dlq_item_replayed"} <= set(events)
+    for name in ("downstream_rejected", "bl_dead_lettered", "dlq_item_replayed"):
+        assert events[name]["key_hash"] == key_hash(BL_NUMBER)
+    assert events["careless_event"]["bl_number"] == "[redacted]"
+    assert BL_NUMBER not in stream.getvalue()
+    assert "MSKU9070323" not in stream.getvalue()

@@ -20,6 +20,11 @@ so the rules live in one place:
   so the broker keeps the message;
 - anything else (a bug) → **dead-letter** with the exception class, replayable after
   the fix. Nothing ends as a log line only.
+
+The horizon compares a first-failure time written by one worker with "now" read by
+another, so both come from the fleet clock (Redis ``TIME``, :func:`fleet_now_s`), never
+a worker's wall clock: a host whose clock runs an hour ahead would otherwise
+dead-letter every unit an hour early. :func:`judge` stays pure — the time is an input.
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ from __future__ import annotations
 import enum
 import random
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tidegate.downstream import backoff_delay
 from tidegate.errors import (
+    BackendError,
     BackendUnavailable,
     ConfigurationError,
     DownstreamRejected,
@@ -40,7 +46,10 @@ from tidegate.errors import (
     Throttled,
 )
 
-__all__ = ["Action", "RetryPolicy", "Verdict", "verdict_for"]
+if TYPE_CHECKING:
+    from tidegate.flow import Gate
+
+__all__ = ["Action", "RetryPolicy", "Verdict", "fleet_now_s", "judge", "judge_now", "verdict_for"]
 
 
 class Action(enum.Enum):
@@ -68,8 +77,8 @@ class RetryPolicy:
             unit may be dead-lettered (>= 1).
         min_horizon_s: how long a unit keeps being retried, at least, from its first
             failure (seconds, >= 0): no outage shorter than this dead-letters anything,
-            whatever the jitter drew. Measured on the workers' wall clocks, which only
-            need to agree to the second.
+            whatever the jitter drew. Measured on the fleet clock (Redis ``TIME``),
+            so no worker's wall clock can shorten it.
         backoff_base_s: ceiling of the first backoff delay.
         backoff_cap_s: ceiling of every backoff delay.
         max_throttle_loops: 429s absorbed in place before the unit is parked.
@@ -158,3 +167,86 @@ def verdict_for(
             )
         return Verdict(Action.PARK, delay, "downstream_unavailable", failed)
     return Verdict(Action.DEAD_LETTER, 0.0, f"unexpected error ({type(exc).__name__})", attempt + 1)
+
+
+def judge(
+    exc: BaseException,
+    *,
+    now_s: float,
+    first_failed_at: float | None,
+    attempt: int,
+    throttles: int,
+    policy: RetryPolicy,
+    rng: random.Random | None = None,
+) -> tuple[Verdict, float | None]:
+    """:func:`verdict_for` plus the horizon's bookkeeping, at fleet time ``now_s``.
+
+    Both adapters must stamp and measure the horizon the same way; keeping it here
+    keeps it pure and in one place.
+
+    Args:
+        exc: what the gate or the downstream call raised.
+        now_s: the fleet clock's time (epoch seconds), see :func:`fleet_now_s`.
+        first_failed_at: the unit's first failed attempt (fleet clock), ``None`` if none.
+        attempt: failed delivery attempts so far.
+        throttles: 429s already absorbed in place during this execution.
+        policy: the bounds.
+        rng: random source for jitter (seeded in tests).
+
+    Returns:
+        The verdict, and the first-failure time to carry on with the unit: ``now_s``
+        when this is its first failed attempt, else ``first_failed_at`` unchanged.
+    """
+    failing_for_s = 0.0 if first_failed_at is None else max(0.0, now_s - first_failed_at)
+    verdict = verdict_for(
+        exc,
+        attempt=attempt,
+        throttles=throttles,
+        policy=policy,
+        failing_for_s=failing_for_s,
+        rng=rng,
+    )
+    if first_failed_at is None and verdict.attempt > attempt:
+        first_failed_at = now_s
+    return verdict, first_failed_at
+
+
+def fleet_now_s(gate: Gate) -> float:
+    """The fleet clock in epoch seconds: Redis ``TIME``, read through ``gate``'s backend.
+
+    One round trip, and the same clock the gate decides on; a memory backend answers
+    with its own (injectable) clock, so tests need no Redis and no sleeping.
+
+    Raises:
+        BackendError: the backend cannot be read (``BackendUnavailable`` when Redis is
+            unreachable).
+    """
+    return gate.backend.snapshot(gate.limit.keys).now_ms / 1000.0
+
+
+def judge_now(
+    gate: Gate,
+    exc: Exception,
+    *,
+    attempt: int,
+    throttles: int,
+    policy: RetryPolicy,
+    first_failed_at: float | None,
+) -> tuple[Verdict, float | None]:
+    """:func:`judge` at the fleet clock's time, as both worker adapters need it.
+
+    If Redis cannot even tell the time, nothing can be parked or dead-lettered
+    either: the clock's error is judged instead (a requeue when Redis is down).
+    """
+    try:
+        now = fleet_now_s(gate)
+    except BackendError as clock_exc:
+        exc, now = clock_exc, 0.0
+    return judge(
+        exc,
+        now_s=now,
+        first_failed_at=first_failed_at,
+        attempt=attempt,
+        throttles=throttles,
+        policy=policy,
+    )

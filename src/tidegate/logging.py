@@ -8,10 +8,15 @@ dashboards and alerts are built on, so they are snake_case and never renamed lig
 The :class:`RedactSensitive` processor is the safety net under the rule "never log a
 payload, a raw segment or a personal field": any key on its deny list is replaced by
 ``"[redacted]"`` before rendering, whatever a caller passed.
+
+A unit's idempotency key can itself be a business identifier (the TOS forward is
+keyed on the B/L number), so events about a unit carry :func:`key_hash` of it as
+``key_hash``, never the key.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sys
 from collections.abc import Iterable, MutableMapping
@@ -19,10 +24,11 @@ from typing import Any, TextIO
 
 import structlog
 
-__all__ = ["SENSITIVE_KEYS", "RedactSensitive", "configure", "get_logger"]
+__all__ = ["SENSITIVE_KEYS", "RedactSensitive", "configure", "get_logger", "key_hash"]
 
-#: Keys that must never reach a log line with their value: payloads, raw EDIFACT and
-#: personal data (NAD party names and addresses), and credentials.
+#: Keys that must never reach a log line with their value: payloads, raw EDIFACT,
+#: personal data (NAD party names and addresses), business identifiers (B/L,
+#: consignment and container numbers, raw idempotency keys) and credentials.
 SENSITIVE_KEYS: frozenset[str] = frozenset(
     {
         "payload",
@@ -36,6 +42,11 @@ SENSITIVE_KEYS: frozenset[str] = frozenset(
         "party_name",
         "name_and_address",
         "address",
+        "bl_number",
+        "consignment_number",
+        "container_number",
+        "containers",
+        "idempotency_key",
         "password",
         "secret",
         "token",
@@ -46,6 +57,19 @@ SENSITIVE_KEYS: frozenset[str] = frozenset(
 )
 
 _REDACTED = "[redacted]"
+#: Hex digits of SHA-256 kept by :func:`key_hash`: 64 bits, no collisions in practice.
+_KEY_HASH_DIGITS = 16
+
+
+def key_hash(key: str) -> str:
+    """A unit key's stand-in on a log line: the first 16 hex digits of its SHA-256.
+
+    The same key always gives the same hash, so an operator can still follow one unit
+    through the log and match it to its record (hash the key from ``tidegate dlq``),
+    while the identifier itself stays out of the log store. Warning: a B/L number is
+    guessable, so this is a pseudonym against casual reading, not anonymisation.
+    """
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:_KEY_HASH_DIGITS]
 
 
 class RedactSensitive:

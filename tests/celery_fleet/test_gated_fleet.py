@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tidegate.logging import key_hash
+
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
 
 
@@ -189,5 +191,5 @@ def test_a_message_the_broker_lost_is_swept_back_and_delivered_once(fleet: Any) 
         for line in logs.splitlines()
         if line.startswith("{") and '"orphan_republished"' in line
     ]
-    mine = [e["lost_task_id"] for e in republished if e["key"] == doc.key]
+    mine = [e["lost_task_id"] for e in republished if e["key_hash"] == key_hash(doc.key)]
     assert mine == ["popped-and-lost"]

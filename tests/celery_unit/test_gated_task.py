@@ -25,6 +25,7 @@ from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEAD
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState, ParkingLot
 from tidegate.load.outstanding import Outstanding, OutstandingUnit
+from tidegate.logging import key_hash
 from tidegate.sim import TosSim
 
 ENVELOPE = {"key": "COARRI-0001", "type": "COARRI", "class": "terminal", "body": "UNH+1'"}
@@ -172,7 +173,8 @@ def test_a_ledger_failure_after_delivery_neither_raises_nor_requeues(
 
     assert result.get() == {"tidegate": "delivered"}  # not a Reject(requeue=True)
     assert len(marks) == 3  # tried, retried twice, then given up on
-    assert [e["key"] for e in logs if e["event"] == "ledger_mark_failed"] == [ENVELOPE["key"]]
+    marks = [e["key_hash"] for e in logs if e["event"] == "ledger_mark_failed"]
+    assert marks == [key_hash(ENVELOPE["key"])]
     # The ledger still says "sending": a redelivery asks the TOS and does not resend.
     monkeypatch.undo()
     assert push.apply(args=[ENVELOPE]).get() == {"tidegate": "already_delivered"}
@@ -251,6 +253,59 @@ def test_a_first_failure_is_stamped_on_the_parked_unit(
     (parked,) = _parked(redis_client, prefix)
     assert parked["attempt"] == 1
     assert before <= parked["first_failed_at"] <= time.time()
+
+
+def _redis_now(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds + micros / 1_000_000
+
+
+def test_a_worker_clock_running_ahead_does_not_shorten_the_horizon(
+    app: Celery,
+    tos: TosSim,
+    redis_client: redis.Redis,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """This worker's wall clock runs a day ahead; on the fleet clock (Redis TIME) the
+    outage is a minute old, well inside the hour's horizon: parked, not dead-lettered."""
+    tos.set_outage(None, mode="503")
+    policy = RetryPolicy(max_attempts=2, min_horizon_s=3600, backoff_base_s=0.1)
+    push = _task(app, tos, [], retry_policy=policy)
+    first_failed = _redis_now(redis_client) - 60
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 86_400)
+
+    result = push.apply(
+        args=[ENVELOPE], headers={ATTEMPT_HEADER: 5, FIRST_FAILED_HEADER: first_failed}
+    ).get()
+
+    monkeypatch.undo()
+    assert result["tidegate"] == "parked"
+    assert len(DeadLetterQueue(redis_client, prefix=prefix)) == 0
+    (parked,) = _parked(redis_client, prefix)
+    assert parked["first_failed_at"] == pytest.approx(first_failed)
+
+
+def test_the_first_failure_is_stamped_on_the_fleet_clock(
+    app: Celery,
+    tos: TosSim,
+    redis_client: redis.Redis,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker a day ahead stamps the first failure with Redis's time, not its own."""
+    tos.set_outage(None, mode="503")
+    push = _task(app, tos, [])
+    before = _redis_now(redis_client)
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 86_400)
+
+    push.apply(args=[ENVELOPE]).get()
+
+    monkeypatch.undo()
+    (parked,) = _parked(redis_client, prefix)
+    assert before <= parked["first_failed_at"] <= _redis_now(redis_client)
 
 
 def test_redis_down_before_the_call_requeues_without_sending(

@@ -20,6 +20,7 @@ from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
 from tidegate.load import DeliveryLedger, ParkingLot
 from tidegate.load.depth import RedisDepthProbe
 from tidegate.load.outstanding import Outstanding, OutstandingUnit, find_orphans
+from tidegate.logging import key_hash
 
 TASK = "unit.sweep.push"
 
@@ -107,9 +108,10 @@ def test_a_message_lost_between_brpop_and_unacked_is_republished_once(
 
     assert _queued_keys(redis_client, ctx["queue"]) == ["K1", "K2", "K3"]
     (event,) = [e for e in logs if e["event"] == "orphan_republished"]
-    assert {event["key"]} == lost_key
+    (lost_one,) = lost_key
+    assert event["key_hash"] == key_hash(lost_one)
     assert event["lost_task_id"] == lost["headers"]["id"]
-    assert ctx["outstanding"].get(event["key"]).task_id == event["task_id"]
+    assert ctx["outstanding"].get(lost_one).task_id == event["task_id"]
 
 
 def test_messages_in_unacked_or_parked_are_not_orphans(

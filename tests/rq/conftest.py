@@ -1,8 +1,9 @@
 """RQ worker processes for the RQ integration tests.
 
-Workers are real ``rq worker`` processes (``python -m rq.cli``) importing
-``rq_jobs`` from this directory; queue names carry the test's prefix, and the RQ keys
-of those queues and their jobs are deleted after each test.
+Workers are real ``rq worker`` processes (``python -m rq.cli``) of tidegate's
+``JsonWorker`` class, importing ``rq_jobs`` from this directory; queue names carry
+the test's prefix, and the RQ keys of those queues and their jobs are deleted after
+each test.
 """
 
 from __future__ import annotations
@@ -39,10 +40,20 @@ class Workers:
         handler: bool = True,
         scheduler: bool = False,
         extra_env: dict[str, str] | None = None,
+        worker_args: tuple[str, ...] = ("--worker-class", "tidegate.integrations.rq.JsonWorker"),
     ) -> list[subprocess.Popen[bytes]]:
         pythonpath = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, **self.env, **(extra_env or {}), "PYTHONPATH": pythonpath}
-        args = [sys.executable, "-m", "rq.cli", "worker", "--url", self.redis_url, "-q"]
+        args = [
+            sys.executable,
+            "-m",
+            "rq.cli",
+            "worker",
+            "--url",
+            self.redis_url,
+            "-q",
+            *worker_args,
+        ]
         if burst:
             args.append("--burst")
         if scheduler:

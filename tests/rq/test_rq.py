@@ -9,15 +9,16 @@ import pytest
 import redis
 from rq.callbacks import Callback
 from rq.job import Job, Retry
-from rq.queue import Queue
 from rq.registry import FailedJobRegistry
 
 from tidegate.edi.classify import DocumentClass
 from tidegate.flow import Gate
 from tidegate.integrations.rq import (
     ATTEMPT_META,
+    JsonSerializer,
     RqDepthProbe,
     dead_letter_on_failure,
+    json_queue,
     rq_admission,
 )
 from tidegate.load.admission import Inbound
@@ -50,7 +51,7 @@ def test_rq_workers_stay_within_the_fleet_wide_gate(
     """Three worker processes, 30 jobs, a gateway of 10/s burst 3: the gate (10/s, burst 1)
     keeps the fleet under it — 0 × 429, every document accepted once."""
     Gate(redis_client, "customs", prefix=prefix).configure(rate=10, burst=1)
-    queue = Queue(rq_queue, connection=redis_client)
+    queue = json_queue(rq_queue, redis_client)
     with CustomsSim(rate=10, burst=3, suspend_after=1000) as sim:
         for n in range(30):
             queue.enqueue("rq_jobs.lodge", envelope(f"k{n}"))
@@ -72,18 +73,20 @@ def test_a_job_that_cannot_pass_the_gate_is_parked_in_rqs_scheduler(
     gate = Gate(redis_client, "customs", prefix=prefix)
     gate.configure(rate=50, burst=5)
     gate.pause(2, "maintenance")
-    queue = Queue(rq_queue, connection=redis_client)
+    queue = json_queue(rq_queue, redis_client)
     with CustomsSim(rate=50, burst=5) as sim:
         first = queue.enqueue("rq_jobs.lodge", envelope("parked-1"))
         pool = workers({"TIDEGATE_CUSTOMS_URL": sim.url, "TIDEGATE_MAX_WAIT_S": "0.2"})
         pool.start([rq_queue], burst=False, scheduler=True)
         wait_for(lambda: sim.stats(timeline=False)["distinct_keys"] == 1, 30, pool.logs())
+        # The sim counts the call before the worker records the job as finished.
+        wait_for(lambda: queue.finished_job_registry.count == 2, 30, pool.logs())
     first.refresh()
     result = first.return_value()
     assert (result["tidegate"], result["reason"]) == ("parked", "gate_paused")
     assert 0 < result["delay_s"] <= 2.5
     scheduled = [
-        Job.fetch(job_id, connection=redis_client)
+        Job.fetch(job_id, connection=redis_client, serializer=JsonSerializer)
         for job_id in queue.finished_job_registry.get_job_ids()
         if job_id != first.id
     ]
@@ -96,8 +99,8 @@ def test_failed_jobs_land_in_the_dlq_with_their_reason(
     """A downstream refusal (gated), a bug, a bug that exhausted RQ's retries and a bug
     with the failure callback: one DLQ record each, with a reason an operator can read."""
     Gate(redis_client, "customs", prefix=prefix).configure(rate=100, burst=10)
-    queue = Queue(rq_queue, connection=redis_client)
-    callback_queue = Queue(f"{rq_queue}-cb", connection=redis_client)
+    queue = json_queue(rq_queue, redis_client)
+    callback_queue = json_queue(f"{rq_queue}-cb", redis_client)
     queue.enqueue("rq_jobs.refused", envelope("refused-1"))
     queue.enqueue("rq_jobs.explode", envelope("bug-1"))
     queue.enqueue("rq_jobs.explode", envelope("bug-retried"), retry=Retry(max=1))

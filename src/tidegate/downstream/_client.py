@@ -40,7 +40,7 @@ from tidegate.downstream._classify import (
     unavailable,
 )
 from tidegate.errors import ConfigurationError, DownstreamRejected, DownstreamThrottled
-from tidegate.logging import get_logger
+from tidegate.logging import get_logger, key_hash
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -165,7 +165,7 @@ class _ClientCore:
                 status=None,
                 error=error,
                 retry_after_s=None,
-                idempotency_key=idempotency_key,
+                key_hash=key_hash(idempotency_key),
             )
             raise unavailable(self.name, f"{error}: no answer", status=None) from exc
 
@@ -217,7 +217,7 @@ class _ClientCore:
             "downstream": self.name,
             "path": path,
             "status": outcome.status,
-            "idempotency_key": idempotency_key,
+            "key_hash": key_hash(idempotency_key),
         }
         if outcome.ok:
             return self._body(response, fields)

@@ -37,7 +37,7 @@ import redis
 from tidegate._redis import lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
 from tidegate.flow.backends.base import DEFAULT_PREFIX
-from tidegate.logging import get_logger
+from tidegate.logging import get_logger, key_hash
 
 __all__ = ["DEFAULT_REPLAY_HOLD_S", "DeadLetter", "DeadLetterQueue", "ReplayMark"]
 
@@ -217,12 +217,11 @@ class DeadLetterQueue:
             pipe.execute()
         log.warning(
             "bl_dead_lettered" if stored.bl_number is not None else "task_dead_lettered",
-            key=stored.key,
+            key_hash=key_hash(stored.key),
             task=stored.task,
             reason=stored.reason,
             exception=stored.exception,
             attempts=stored.attempts,
-            bl_number=stored.bl_number,
             batch_id=stored.batch_id,
         )
         return stored

@@ -42,7 +42,7 @@ import redis
 from tidegate._redis import lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
 from tidegate.flow.backends.base import DEFAULT_PREFIX
-from tidegate.logging import get_logger
+from tidegate.logging import get_logger, key_hash
 
 __all__ = ["DEFAULT_MISSES", "OrphanVerdict", "Outstanding", "OutstandingUnit", "find_orphans"]
 
@@ -236,7 +236,9 @@ class Outstanding:
             try:
                 units.append(OutstandingUnit.from_json(key.decode(), value))
             except (ValueError, KeyError, TypeError):
-                log.error("outstanding_record_unreadable", key=key.decode(errors="replace"))
+                log.error(
+                    "outstanding_record_unreadable", key_hash=key_hash(key.decode(errors="replace"))
+                )
         return units
 
     def store_misses(self, verdict: OrphanVerdict, *, present: Iterable[str]) -> None:

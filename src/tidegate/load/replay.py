@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from tidegate.errors import ConfigurationError
 from tidegate.flow import RateLimiter
 from tidegate.load.dlq import DEFAULT_REPLAY_HOLD_S, DeadLetter, DeadLetterQueue, ReplayMark
-from tidegate.logging import get_logger
+from tidegate.logging import get_logger, key_hash
 
 __all__ = ["DEFAULT_REPLAY_LIMIT", "ReplayResult", "replay_dead_letters"]
 
@@ -95,7 +95,7 @@ def replay_dead_letters(
                 result.skipped += 1
                 log.info(
                     "dlq_item_replay_skipped",
-                    key=letter.key,
+                    key_hash=key_hash(letter.key),
                     task=letter.task,
                     in_replay_until=mark.in_replay_until,
                 )
@@ -111,13 +111,12 @@ def replay_dead_letters(
         result.keys.append(letter.key)
         log.info(
             "dlq_item_replayed",
-            key=letter.key,
+            key_hash=key_hash(letter.key),
             task=letter.task,
             reason=letter.reason,
             attempts=letter.attempts,
             replays=mark.replays,
             in_replay_until=mark.in_replay_until,
-            bl_number=letter.bl_number,
             batch_id=letter.batch_id,
         )
     log.info(

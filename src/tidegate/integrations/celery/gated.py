@@ -32,11 +32,11 @@ from typing import Any, ClassVar
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
-from tidegate.delivery import Action, RetryPolicy, Verdict, verdict_for
+from tidegate.delivery import Action, RetryPolicy, Verdict, judge_now
 from tidegate.errors import BackendError, ConfigurationError, MalformedUnit
 from tidegate.integrations.celery.runtime import Runtime, runtime
 from tidegate.load import DeadLetter, DeliveryState
-from tidegate.logging import get_logger
+from tidegate.logging import get_logger, key_hash
 
 __all__ = ["ATTEMPT_HEADER", "FIRST_FAILED_HEADER", "REPLAY_HEADER", "GatedTask"]
 
@@ -44,7 +44,7 @@ log = get_logger("tidegate.celery")
 
 #: Message header carrying the failed-attempt count across parking and republishing.
 ATTEMPT_HEADER = "tidegate_attempt"
-#: Message header carrying the wall-clock time (epoch s) of the unit's first failure.
+#: Message header carrying the unit's first failure (epoch s, fleet clock: Redis TIME).
 FIRST_FAILED_HEADER = "tidegate_first_failed_at"
 #: Message header set by a DLQ replay: on delivery, the DLQ record is removed.
 REPLAY_HEADER = "tidegate_replay"
@@ -98,7 +98,10 @@ class GatedTask(Task[Any, Any]):
                     )
                     if state is DeliveryState.DELIVERED:
                         log.info(
-                            "delivery_skipped", task=self.name, key=key, reason="already_delivered"
+                            "delivery_skipped",
+                            task=self.name,
+                            key_hash=key_hash(key),
+                            reason="already_delivered",
                         )
                         self._settle(rt, key, mark=False)
                         return {"tidegate": "already_delivered"}
@@ -113,21 +116,24 @@ class GatedTask(Task[Any, Any]):
             except _CELERY_CONTROL_FLOW:
                 raise
             except Exception as exc:
-                now = time.time()
-                verdict = verdict_for(
+                verdict, first_failed = judge_now(
+                    gate,
                     exc,
                     attempt=attempt,
                     throttles=throttles,
                     policy=self.retry_policy,
-                    failing_for_s=0.0 if first_failed is None else max(0.0, now - first_failed),
+                    first_failed_at=first_failed,
                 )
-                if first_failed is None and verdict.attempt > attempt:
-                    first_failed = now
                 if verdict.action is Action.RETRY_IN_PLACE:
                     throttles += 1
                     continue
                 if verdict.action is Action.REQUEUE:
-                    log.error("task_requeued", task=self.name, key=key, reason=verdict.reason)
+                    log.error(
+                        "task_requeued",
+                        task=self.name,
+                        key_hash=key_hash(key),
+                        reason=verdict.reason,
+                    )
                     raise Reject(verdict.reason, requeue=True) from exc
                 if verdict.action is Action.PARK:
                     return self._park(rt, args, kwargs, verdict, first_failed)
@@ -174,7 +180,7 @@ class GatedTask(Task[Any, Any]):
             "delivery_reconciled",
             task=self.name,
             downstream=self.downstream,
-            key=key,
+            key_hash=key_hash(key),
             outcome={True: "accepted_before", False: "not_received", None: "unknown"}[confirmed],
         )
         return confirmed is True
@@ -197,7 +203,7 @@ class GatedTask(Task[Any, Any]):
                             "ledger_mark_failed",
                             task=self.name,
                             downstream=self.downstream,
-                            key=key,
+                            key_hash=key_hash(key),
                             error=type(exc).__name__,
                         )
                     else:
@@ -205,7 +211,12 @@ class GatedTask(Task[Any, Any]):
         try:
             self._replay_done(rt, key)
         except BackendError as exc:
-            log.warning("dlq_resolve_failed", task=self.name, key=key, error=type(exc).__name__)
+            log.warning(
+                "dlq_resolve_failed",
+                task=self.name,
+                key_hash=key_hash(key),
+                error=type(exc).__name__,
+            )
         self._forget(rt, key)
 
     def _forget(self, rt: Runtime, key: str) -> None:
@@ -215,7 +226,10 @@ class GatedTask(Task[Any, Any]):
         except BackendError as exc:
             # A stale record costs one sweep a ledger lookup, nothing more.
             log.warning(
-                "outstanding_settle_failed", task=self.name, key=key, error=type(exc).__name__
+                "outstanding_settle_failed",
+                task=self.name,
+                key_hash=key_hash(key),
+                error=type(exc).__name__,
             )
 
     def _header(self, name: str) -> Any:
@@ -229,7 +243,7 @@ class GatedTask(Task[Any, Any]):
     def _replay_done(self, rt: Runtime, key: str) -> None:
         """A replayed unit was delivered: its dead letter is resolved."""
         if self._header(REPLAY_HEADER) and rt.dlq.remove(key):
-            log.info("dlq_item_resolved", task=self.name, key=key)
+            log.info("dlq_item_resolved", task=self.name, key_hash=key_hash(key))
 
     def idempotency_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         """The unit's key: ``kwargs["idempotency_key"]``, an envelope's ``"key"``, or the id."""

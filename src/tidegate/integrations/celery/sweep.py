@@ -41,7 +41,7 @@ from tidegate.load.outstanding import (
     OutstandingUnit,
     find_orphans,
 )
-from tidegate.logging import get_logger
+from tidegate.logging import get_logger, key_hash
 
 __all__ = [
     "DEFAULT_BEAT_S",
@@ -120,7 +120,9 @@ def track_publishes(
         try:
             outstanding.record(unit)
         except BackendError as exc:
-            log.warning("outstanding_record_failed", key=key, error=type(exc).__name__)
+            log.warning(
+                "outstanding_record_failed", key_hash=key_hash(key), error=type(exc).__name__
+            )
 
     ident = (id(app) if app is not None else 0, outstanding.units_key)
 
@@ -372,7 +374,7 @@ class OrphanSweep:
         )
         log.warning(
             "orphan_republished",
-            key=unit.key,
+            key_hash=key_hash(unit.key),
             task=unit.task,
             queue=unit.queue,
             lost_task_id=unit.task_id,

@@ -10,14 +10,21 @@ without reasons. tidegate adapts its controls to RQ's hooks, thinly:
   handler / a job failure callback: a job that failed for good (no RQ retry left)
   becomes a :class:`~tidegate.load.DeadLetter` with the reason;
 - :func:`rq_admission` — the publish-side :class:`~tidegate.load.admission.Admission`
-  with ``queue.count`` (+ started jobs) as depth and ``queue.enqueue`` as sender.
+  with ``queue.count`` (+ started jobs) as depth and ``queue.enqueue`` as sender;
+- :class:`JsonWorker` / :func:`json_queue` — JSON only, both ways: RQ pickles jobs by
+  default and its workers unpickle whatever is queued; tidegate's queues write JSON
+  and its worker refuses (dead-letters, never runs) a job that is not JSON.
 
 Run a fixed, small pool per downstream queue (the gate, not the worker count, sets
 the pace; ``worker-pool`` runs the scheduler that parked jobs need)::
 
     export TIDEGATE_REDIS_URL=redis://redis:6379/0 TIDEGATE_PREFIX=tidegate
     rq worker-pool edi.customs --num-workers 2 --url "$TIDEGATE_REDIS_URL" \\
+        --worker-class tidegate.integrations.rq.JsonWorker \\
         --exception-handler tidegate.integrations.rq.dead_letter_handler
+
+Enqueue with ``json_queue(name, connection)`` (or RQ's ``serializer="json"``: the same
+bytes).
 
 Configuration comes from the environment like the Celery workers:
 ``TIDEGATE_REDIS_URL`` (else the job's own RQ connection), ``TIDEGATE_PREFIX`` and the
@@ -26,17 +33,23 @@ gate defaults ``TIDEGATE_<NAME>_RATE`` / ``_BURST`` / ``_CONCURRENCY``.
 
 from __future__ import annotations
 
+from tidegate.integrations.rq._serializer import ContentRefused, JsonSerializer, json_queue
 from tidegate.integrations.rq.dlq import dead_letter_handler, dead_letter_on_failure
 from tidegate.integrations.rq.gated import ATTEMPT_META, gate, gated
 from tidegate.integrations.rq.intake import RqDepthProbe, RqSender, rq_admission
+from tidegate.integrations.rq.worker import JsonWorker
 
 __all__ = [
     "ATTEMPT_META",
+    "ContentRefused",
+    "JsonSerializer",
+    "JsonWorker",
     "RqDepthProbe",
     "RqSender",
     "dead_letter_handler",
     "dead_letter_on_failure",
     "gate",
     "gated",
+    "json_queue",
     "rq_admission",
 ]

@@ -29,10 +29,20 @@ from rq.job import Job
 from tidegate.delivery import RetryPolicy, verdict_for
 from tidegate.errors import DownstreamRejected
 from tidegate.integrations.rq._runtime import client_for_job, prefix
+from tidegate.integrations.rq._serializer import ContentRefused, refusal
 from tidegate.integrations.rq.gated import idempotency_key
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
+from tidegate.logging import get_logger
 
-__all__ = ["FAILURES_META", "dead_letter_handler", "dead_letter_on_failure", "failure_reason"]
+__all__ = [
+    "FAILURES_META",
+    "dead_letter_handler",
+    "dead_letter_on_failure",
+    "dead_letter_refused",
+    "failure_reason",
+]
+
+log = get_logger("tidegate.rq")
 
 #: ``job.meta`` key counting the job's failed executions across RQ retries.
 FAILURES_META = "tidegate_failures"
@@ -89,7 +99,40 @@ def _record(job: Job, exc: BaseException | None, connection: redis.Redis | None)
     )
 
 
+def dead_letter_refused(
+    job: Job, refused: ContentRefused, connection: redis.Redis | None = None
+) -> DeadLetter:
+    """Dead-letter a job whose data is not JSON, and report it; nothing of it is read.
+
+    Keyed by the RQ job id (its arguments, where the idempotency key lives, are the
+    unreadable part); the payload holds only where it was found.
+    """
+    letter = DeadLetterQueue(client_for_job(connection or job.connection), prefix=prefix()).add(
+        DeadLetter(
+            key=job.id,
+            task="",
+            reason=f"refused: {refused.problem}",
+            exception=type(refused).__name__,
+            payload={"queue": job.origin, "rq_job_id": job.id},
+        )
+    )
+    log.error(
+        "rq_job_refused",
+        job_id=job.id,
+        queue=job.origin,
+        content=refused.content,
+        error=type(refused).__name__,
+    )
+    return letter
+
+
 def _on_failure(job: Job, exc: BaseException | None, connection: redis.Redis | None) -> None:
+    refused = refusal(job)
+    if refused is not None:
+        # A JSON worker that is not a JsonWorker got here by failing to decode the
+        # job; its meta is unreadable too, so nothing is counted or saved on the job.
+        dead_letter_refused(job, refused, connection)
+        return
     _count_failure(job, exc)
     if not job.should_retry and job.meta.get(_RECORDED) != job.meta.get(_LAST_FAILURE):
         _record(job, exc, connection)

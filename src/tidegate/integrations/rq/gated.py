@@ -28,17 +28,16 @@ and anything that would be parked or dead-lettered is raised instead.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from rq.job import Job, get_current_job
-from rq.queue import Queue
 
-from tidegate.delivery import Action, RetryPolicy, Verdict, verdict_for
+from tidegate.delivery import Action, RetryPolicy, Verdict, judge_now
 from tidegate.flow import Gate
 from tidegate.integrations.rq._runtime import client_for_job, gate_for, prefix
+from tidegate.integrations.rq._serializer import json_queue
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
 from tidegate.logging import get_logger
 
@@ -48,7 +47,7 @@ log = get_logger("tidegate.rq")
 
 #: ``job.meta`` key carrying the failed-attempt count across re-scheduling.
 ATTEMPT_META = "tidegate_attempt"
-#: Job meta carrying the wall-clock time (epoch s) of the unit's first failure.
+#: Job meta carrying the unit's first failure (epoch s, fleet clock: Redis TIME).
 FIRST_FAILED_META = "tidegate_first_failed_at"
 
 P = ParamSpec("P")
@@ -70,7 +69,7 @@ def idempotency_key(job: Job | None, args: Sequence[Any], kwargs: Mapping[str, A
 
 
 def _park(job: Job, verdict: Verdict, first_failed: float | None) -> dict[str, Any]:
-    queue = Queue(job.origin, connection=job.connection, serializer=job.serializer)
+    queue = json_queue(job.origin, job.connection)
     due = datetime.now(UTC) + timedelta(seconds=verdict.delay_s)
     if due.microsecond:  # RQ's scheduled registry keeps whole seconds: never come back early
         due = due.replace(microsecond=0) + timedelta(seconds=1)
@@ -154,16 +153,14 @@ def gated(
                     with the_gate.slot(max_wait=max_wait_s):
                         return func(*args, **kwargs)
                 except Exception as exc:
-                    now = time.time()
-                    verdict = verdict_for(
+                    verdict, first_failed = judge_now(
+                        the_gate,
                         exc,
                         attempt=attempt,
                         throttles=throttles,
                         policy=policy,
-                        failing_for_s=0.0 if first_failed is None else max(0.0, now - first_failed),
+                        first_failed_at=first_failed,
                     )
-                    if first_failed is None and verdict.attempt > attempt:
-                        first_failed = now
                     if verdict.action is Action.RETRY_IN_PLACE:
                         throttles += 1
                         continue

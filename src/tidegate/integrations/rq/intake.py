@@ -6,11 +6,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
-from rq.queue import Queue
 from rq.registry import StartedJobRegistry
 
 from tidegate._redis import map_redis_errors
 from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.integrations.rq._serializer import json_queue
 from tidegate.load.admission import Admission
 from tidegate.load.depth import QueueDepth
 from tidegate.load.quarantine import Quarantine
@@ -35,7 +35,7 @@ class RqDepthProbe:
         result = {}
         with map_redis_errors("rq queue depth"):
             for name in dict.fromkeys(queues):
-                queue = Queue(name, connection=self.connection)
+                queue = json_queue(name, self.connection)
                 started = StartedJobRegistry(name, connection=self.connection)
                 result[name] = QueueDepth(name, ready=queue.count, unacked=started.count)
         return result
@@ -45,7 +45,8 @@ class RqDepthProbe:
 
 
 class RqSender:
-    """Sends with ``Queue(queue).enqueue(task, payload)`` (``task`` is a function path)."""
+    """Sends with ``Queue(queue).enqueue(task, payload)`` (``task`` is a function path),
+    as JSON: tidegate's RQ workers refuse anything else."""
 
     name = "rq"
 
@@ -55,9 +56,7 @@ class RqSender:
 
     def send(self, queue: str, task: str, payload: Mapping[str, Any]) -> None:
         with map_redis_errors("rq enqueue"):
-            Queue(queue, connection=self.connection).enqueue(
-                task, args=[dict(payload)], **self.options
-            )
+            json_queue(queue, self.connection).enqueue(task, args=[dict(payload)], **self.options)
 
 
 def rq_admission(

@@ -1,0 +1,69 @@
+"""The RQ worker for tidegate's queues: JSON jobs only, a planted pickle never runs.
+
+    rq worker-pool edi.customs --num-workers 2 --url "$TIDEGATE_REDIS_URL" \\
+        --worker-class tidegate.integrations.rq.JsonWorker \\
+        --exception-handler tidegate.integrations.rq.dead_letter_handler
+
+Whatever ``--serializer`` says (RQ's CLI always passes one, pickle by default), the
+worker reads jobs with :class:`~tidegate.integrations.rq.JsonSerializer`. A job whose
+data is not JSON is decided on in the worker's main process, before a work horse is
+forked: it is dead-lettered with a typed reason (``ContentRefused``), reported as one
+``rq_job_refused`` event and failed in RQ's ``FailedJobRegistry`` — its bytes are
+never handed to pickle, its function never imported or called.
+
+The worker also logs tidegate's events as JSON lines (``TIDEGATE_LOG_LEVEL``) and
+turns off RQ's job-description logging: a description is the call with its
+arguments, that is, the payload.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rq.job import Job
+from rq.queue import Queue
+from rq.worker import Worker
+
+from tidegate.integrations.rq._serializer import ContentRefused, JsonSerializer, refusal
+from tidegate.integrations.rq.dlq import dead_letter_refused
+from tidegate.logging import configure
+
+__all__ = ["JsonWorker"]
+
+
+class JsonWorker(Worker):
+    """An ``rq.Worker`` that takes JSON jobs only (see the module docstring).
+
+    Takes RQ's ``Worker`` arguments; ``serializer`` and ``log_job_description`` are
+    overridden.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        configure(level=os.environ.get("TIDEGATE_LOG_LEVEL", "INFO"))
+        kwargs["serializer"] = JsonSerializer
+        kwargs["log_job_description"] = False
+        super().__init__(*args, **kwargs)
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        refused = refusal(job)
+        if refused is None:
+            super().execute_job(job, queue)
+            return
+        self.refuse(job, queue, refused)
+
+    def refuse(self, job: Job, queue: Queue, refused: ContentRefused) -> None:
+        """Dead-letter, report and fail ``job`` without running it.
+
+        RQ's own failure bookkeeping runs as for a job that raised, so the job leaves
+        the queue's intermediate list and is visible in the ``FailedJobRegistry`` —
+        never retried, whatever ``Retry`` it was enqueued with.
+        """
+        with self.connection.pipeline() as pipe:
+            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            pipe.execute()
+        dead_letter_refused(job, refused, self.connection)
+        job.retries_left = None  # an RQ retry would only refuse it again
+        self.handle_job_failure(
+            job, queue, exc_string=f"{type(refused).__name__}: {refused.problem}"
+        )
