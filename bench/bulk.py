@@ -1,6 +1,7 @@
 """Bulk path throughput: one IFCSUM of N B/Ls through dispatch → parse → aggregate.
 
-    python bench/bulk.py [--bls 5000] [--workers 4] [--reps 1] [--out bench/results/bulk.json]
+    python bench/bulk.py [--bls 1000,20000,100000] [--workers 4] [--reps 1]
+                         [--out bench/results/bulk.json]
 
 Runs `tidegate.ops.bulk_demo` (real Celery workers, a simulated TOS) without poison and
 reports, per rep: B/L units per second from the dispatch message to the aggregate's
@@ -43,47 +44,56 @@ def machine() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--bls", type=int, default=5000)
+    parser.add_argument("--bls", default="5000", help="B/Ls per manifest; a comma list runs each")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    sizes = [int(n) for n in args.bls.split(",")]
     runs = []
     with redis_url() as url:
-        for rep in range(args.reps):
-            config = BulkConfig(
-                bls=args.bls,
-                poison_every=0,
-                workers=args.workers,
-                seed=100 + rep,
-                tos_connections=8,
-                tos_service_s=0.002,
-            )
-            report, _ = run_bulk_demo(url, config)
-            runs.append(report)
-            print(
-                f"rep {rep}: aggregate {report['aggregate_s']} s, TOS {report['fan_out_s']} s, "
-                f"lost {report['lost']}, duplicates {report['duplicates']}, "
-                f"RSS {report['peak_worker_rss_mb']}"
-            )
-    agg = statistics.median(r["aggregate_s"] for r in runs)
-    fan = statistics.median(r["fan_out_s"] for r in runs)
-    rss = max(r["peak_worker_rss_mb"]["bulk"] for r in runs)
+        for bls in sizes:
+            for rep in range(args.reps):
+                config = BulkConfig(
+                    bls=bls,
+                    poison_every=0,
+                    workers=args.workers,
+                    seed=100 + rep,
+                    tos_connections=8,
+                    tos_service_s=0.002,
+                    timeout_s=3600.0,
+                )
+                report, _ = run_bulk_demo(url, config)
+                runs.append(report)
+                print(
+                    f"{bls} B/Ls, rep {rep}: aggregate {report['aggregate_s']} s, "
+                    f"TOS {report['fan_out_s']} s, lost {report['lost']}, "
+                    f"duplicates {report['duplicates']}, RSS {report['peak_worker_rss_mb']}",
+                    flush=True,
+                )
     print(f"\nmachine: {machine()}")
     print(
         f"command: python bench/bulk.py --bls {args.bls} --workers {args.workers} "
         f"--reps {args.reps}\n"
     )
     print(
-        "| B/Ls | bulk pool | dispatch → aggregate | B/L units/s | → all at TOS "
-        "| B/Ls/s end to end | peak RSS bulk pool | lost | duplicates |"
+        "| B/Ls | dispatch → aggregate | B/L units/s (× first size) | → all at TOS "
+        "| B/Ls/s end to end | peak RSS bulk pool (× first size) | lost | duplicates |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    print(
-        f"| {args.bls} | {args.workers} processes | {agg:.1f} s | {args.bls / agg:.0f} | "
-        f"{fan:.1f} s | {args.bls / fan:.0f} | {rss:.0f} MiB | "
-        f"{sum(r['lost'] for r in runs)} | {sum(r['duplicates'] for r in runs)} |"
-    )
+    print("|---|---|---|---|---|---|---|---|")
+    base_rate = base_rss = 0.0
+    for bls in sizes:
+        mine = [r for r in runs if r["submitted"] == bls]
+        agg = statistics.median(r["aggregate_s"] for r in mine)
+        fan = statistics.median(r["fan_out_s"] for r in mine)
+        rss = max(r["peak_worker_rss_mb"]["bulk"] for r in mine)
+        rate = bls / agg
+        base_rate, base_rss = base_rate or rate, base_rss or rss
+        print(
+            f"| {bls:,} | {agg:.1f} s | {rate:.0f} ({rate / base_rate:.2f}) | {fan:.1f} s | "
+            f"{bls / fan:.0f} | {rss:.0f} MiB ({rss / base_rss:.3f}) | "
+            f"{sum(r['lost'] for r in mine)} | {sum(r['duplicates'] for r in mine)} |"
+        )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"machine": machine(), "runs": runs}, indent=2) + "\n")

@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tidegate.bulk import BatchStore
 from tidegate.edi.intake import Intake
 from tidegate.edi.synthetic import synthetic_ifcsum
 from tidegate.integrations.celery.gated import REPLAY_HEADER
@@ -44,7 +45,7 @@ def _publish(fleet: Any) -> Any:
 
 
 def test_poisoned_manifest_completes_then_replays_to_exactly_once(fleet: Any) -> None:
-    """2,000 B/Ls, 1 % refused by the TOS: the chord completes, 1,980 forwarded, 20 in
+    """2,000 B/Ls, 1 % refused by the TOS: the batch completes, 1,980 accepted, 20 in
     the DLQ with the reason; after the fix, a replay brings the TOS to exactly 2,000
     distinct B/Ls and no duplicate. A second aggregate of the batch forwards nothing."""
     text, bls = _manifest(seed=11)
@@ -68,10 +69,11 @@ def test_poisoned_manifest_completes_then_replays_to_exactly_once(fleet: Any) ->
     }
     assert {letter.batch_id for letter in letters} == {"b-poison"}
 
+    summary = BatchStore(fleet.client, prefix=fleet.prefix).summary("b-poison")
+    assert summary is not None
+    assert (summary["units"], summary["ok"], summary["forwarded"]) == (BLS, BLS, BLS)
     again = fleet.producer.send_task(
-        "bulk.aggregate",
-        args=[[{"status": "ok", "key": "k", "bl_number": "NEVER-FORWARDED"}], "b-poison"],
-        queue="bulk.dispatch",
+        "bulk.aggregate", args=["b-poison"], queue="bulk.dispatch"
     ).get(timeout=30)
     assert again["status"] == "already_aggregated"
 

@@ -1,31 +1,35 @@
-"""The bulk path on Celery: one manifest → one chord of per-B/L tasks → one aggregate.
+"""The bulk path on Celery: one manifest → one parse task per B/L → one aggregate.
 
-    bulk.dispatch(manifest)      split the IFCSUM (tidegate.edi), store the units,
-                                 chord(group(bulk.parse_bl(batch, key) …), bulk.aggregate)
-    bulk.parse_bl(batch, key)    check one unit; an unroutable one is dead-lettered and
-                                 the task *returns a sentinel* — never raises — so the
-                                 chord still completes (a raised exception in a chord
-                                 header fails the whole chord)
-    bulk.aggregate(results, batch)
-                                 claims the batch (SET NX: runs once), partitions ok /
-                                 dead-lettered, and fans the B/Ls out to the TOS
+    bulk.dispatch(manifest)      split the IFCSUM (tidegate.edi), store the units, publish
+                                 bulk.parse_bl(batch, key) for each, page by page, then
+                                 seal the batch with its count
+    bulk.parse_bl(batch, key)    check one unit; an unroutable one is dead-lettered; the
+                                 outcome is recorded in Redis once, and the last one (or
+                                 the seal, if later) starts the aggregate — never raises,
+                                 so the batch always completes
+    bulk.aggregate(batch)        claims the batch (SET NX: runs once), reads the outcomes
+                                 back page by page, and fans the B/Ls out to the TOS
     edi.tos.forward_bl(b/l)      a GatedTask: through the TOS gate, keyed on the B/L
                                  number, so the TOS sees each B/L once across replays
                                  and redeliveries
 
-Transient failures inside ``parse_bl`` use Celery's own ``retry`` (same task id — a
-parked copy would leave the chord waiting forever); the parse step calls no gated
-downstream, so its waits are short. Results go to the Redis result backend.
+Why not a Celery chord: its header is built in one process and its results come back
+to one process as one message, so a 100,000-B/L manifest held every key and every
+result at once (the bulk pool grew by about 15 KiB per B/L). The fan-out counts itself
+in Redis instead (:class:`~tidegate.bulk.store.BatchStore`), and no process holds more
+than a page of a batch. Transient failures inside ``parse_bl`` use Celery's own
+``retry`` (same task id); the parse step calls no gated downstream, so its waits are
+short. No task result is stored.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from celery import Celery, Task, chord, group
+from celery import Celery, Task
 
 from tidegate.bulk.store import BatchStore
 from tidegate.delivery import RetryPolicy
@@ -38,7 +42,7 @@ from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetter
 from tidegate.logging import get_logger
 
-__all__ = ["BulkTasks", "install_bulk", "unit_record"]
+__all__ = ["BulkTasks", "install_bulk", "submit_manifest", "unit_record"]
 
 log = get_logger("tidegate.bulk")
 
@@ -61,12 +65,32 @@ def unit_record(unit: BLUnit, batch_id: str) -> dict[str, Any]:
     }
 
 
-def _units(edifact: str, batch_id: str, keys: list[str]) -> Iterator[dict[str, Any]]:
-    """Every consignment of every IFCSUM message in ``edifact``, streaming."""
-    for result in Intake(edifact.encode("utf-8")):
+def _units(source: bytes | Iterable[bytes], batch_id: str) -> Iterator[dict[str, Any]]:
+    """Every consignment of every IFCSUM message in ``source``, streaming."""
+    for result in Intake(source):
         for unit in result.units:
-            keys.append(unit.idempotency_key)
             yield unit_record(unit, batch_id)
+
+
+def _document(store: BatchStore, manifest: Mapping[str, Any]) -> bytes | Iterator[bytes]:
+    """The manifest's bytes: inline (``edifact``), or streamed back from the store when
+    the producer used :func:`submit_manifest` (``stored: true``)."""
+    if manifest.get("stored"):
+        return store.document_chunks(str(manifest["batch_id"]))
+    return str(manifest["edifact"]).encode("utf-8")
+
+
+def submit_manifest(producer: Celery, store: BatchStore, batch_id: str, data: bytes) -> None:
+    """Send a manifest to ``bulk.dispatch`` by claim check: the bytes go to the batch
+    store in chunks and the message carries only the batch id, so no broker message and
+    no worker process ever holds a large manifest whole."""
+    store.save_document(batch_id, data)
+    producer.send_task(
+        "bulk.dispatch",
+        args=[{"batch_id": batch_id, "stored": True}],
+        queue="bulk.dispatch",
+        ignore_result=True,
+    )
 
 
 def _forward_envelope(outcome: Mapping[str, Any], batch_id: str) -> dict[str, Any]:
@@ -99,15 +123,13 @@ def _dead_letter(app: Celery, unit: Mapping[str, Any], reason: str) -> None:
     )
 
 
-def _summary(
-    batch_id: str, results: list[dict[str, Any]], *, ok: int, forwarded: int
-) -> dict[str, Any]:
+def _summary(batch_id: str, counts: Mapping[str, int], *, forwarded: int) -> dict[str, Any]:
     return {
         "batch_id": batch_id,
-        "units": len(results),
-        "ok": ok,
-        "dead_lettered": sum(r.get("status") == "dead_lettered" for r in results),
-        "failed": sum(r.get("status") in {"failed", "missing"} for r in results),
+        "units": sum(counts.values()),
+        "ok": counts.get("ok", 0),
+        "dead_lettered": counts.get("dead_lettered", 0),
+        "failed": counts.get("failed", 0) + counts.get("missing", 0),
         "forwarded": forwarded,
         "aggregated_at": time.time(),
     }
@@ -160,9 +182,17 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
         """Send one B/L downstream (gated, keyed on the B/L number)."""
         return forward(envelope)
 
-    @app.task(bind=True, name="bulk.parse_bl", ignore_result=False, max_retries=None)
+    @app.task(bind=True, name="bulk.parse_bl", ignore_result=True, max_retries=None)
     def parse_bl(self: Task[Any, Any], batch_id: str, key: str) -> dict[str, Any]:
-        """Check one unit; never raises, so the chord always completes."""
+        """Check one unit and record its outcome; never raises, so the batch completes."""
+        outcome = _parse(self, batch_id, key)
+        if self.request.get(REPLAY_HEADER):
+            return outcome  # the batch was aggregated long ago
+        if _store().record_outcome(batch_id, key, outcome):
+            aggregate.apply_async((batch_id,), ignore_result=True)
+        return outcome
+
+    def _parse(self: Task[Any, Any], batch_id: str, key: str) -> dict[str, Any]:
         try:
             unit = _store().unit(batch_id, key)
             if unit is None:
@@ -197,24 +227,28 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             raise self.retry(countdown=delay, exc=exc) from exc
 
     @app.task(name="bulk.aggregate", ignore_result=False)
-    def aggregate(results: list[dict[str, Any]], batch_id: str) -> dict[str, Any]:
-        """Partition the fan-out's results and forward the B/Ls — once per batch."""
+    def aggregate(batch_id: str) -> dict[str, Any]:
+        """Read the batch's outcomes page by page and forward the B/Ls — once per batch."""
         store = _store()
         if not store.claim_aggregate(batch_id):
             log.info("batch_aggregate_skipped", batch_id=batch_id, reason="already_aggregated")
             return {"status": "already_aggregated", "batch_id": batch_id}
-        ok = [r for r in results if r.get("status") == "ok"]
-        seen: set[str] = set()
+        counts: dict[str, int] = {}
         forwarded = 0
-        for outcome in ok:
-            if outcome["bl_number"] in seen:
-                continue  # the same B/L twice in one manifest: the TOS gets it once
-            seen.add(outcome["bl_number"])
-            forward_bl.apply_async(
-                args=(_forward_envelope(outcome, batch_id),), queue=forward_queue
-            )
-            forwarded += 1
-        summary = _summary(batch_id, results, ok=len(ok), forwarded=forwarded)
+        for keys in store.unit_keys(batch_id):
+            outcomes = [o or {"status": "missing"} for o in store.outcomes(batch_id, keys)]
+            for outcome in outcomes:
+                counts[outcome["status"]] = counts.get(outcome["status"], 0) + 1
+            ok = [o for o in outcomes if o["status"] == "ok"]
+            # The same B/L twice in one manifest: the TOS gets it once.
+            first = store.first_forward(batch_id, [str(o["bl_number"]) for o in ok])
+            for outcome, new in zip(ok, first, strict=True):
+                if new:
+                    forward_bl.apply_async(
+                        args=(_forward_envelope(outcome, batch_id),), queue=forward_queue
+                    )
+                    forwarded += 1
+        summary = _summary(batch_id, counts, forwarded=forwarded)
         store.save_summary(batch_id, summary)
         log.info("batch_aggregated", **summary)
         return summary
@@ -227,10 +261,14 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
         if store.dispatched(batch_id):
             log.info("batch_dispatch_skipped", batch_id=batch_id, reason="already_dispatched")
             return {"status": "already_dispatched", "batch_id": batch_id}
-        keys: list[str] = []
-        count = store.save_units(batch_id, _units(manifest["edifact"], batch_id, keys))
-        header = group(parse_bl.s(batch_id, key) for key in keys)
-        chord(header)(aggregate.s(batch_id))
+        count = store.save_units(batch_id, _units(_document(store, manifest), batch_id))
+        expected = 0
+        for keys in store.unit_keys(batch_id):
+            for key in keys:
+                parse_bl.apply_async((batch_id, key), ignore_result=True)
+            expected += len(keys)
+        if store.seal(batch_id, expected):
+            aggregate.apply_async((batch_id,), ignore_result=True)
         store.mark_dispatched(batch_id)
         log.info("batch_dispatched", batch_id=batch_id, units=count)
         return {"status": "dispatched", "batch_id": batch_id, "units": count}

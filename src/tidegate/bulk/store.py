@@ -1,28 +1,34 @@
-"""Where a manifest's B/L units wait while the fan-out runs, and the aggregate's claim.
+"""Where a manifest's B/L units wait while the fan-out runs, and how the fan-out counts.
 
-The dispatch step stores every unit of a batch in one Redis hash and sends only
-``(batch_id, unit key)`` through the broker: a 5,000-consignment manifest becomes 5,000
-small messages instead of 5,000 copies of raw EDIFACT, and the dispatch worker's
-memory stays flat. The aggregate claims its batch with ``SET NX`` (with expiry): run
-twice — a redelivery, a chord retry — it forwards once.
+The dispatch step stores every unit of a batch in one Redis hash (and its order in a
+sorted set) and sends only ``(batch_id, unit key)`` through the broker: a
+5,000-consignment manifest becomes 5,000 small messages instead of 5,000 copies of raw
+EDIFACT. Each parse task records its outcome here, once (``bulk_outcome.lua``), and the
+last outcome — or the dispatch's seal, whichever comes later (``bulk_seal.lua``) —
+starts the aggregate, which reads the outcomes back in pages. No process ever holds a
+batch's keys or results at once: a Celery chord would carry every result through one
+message and one process. The aggregate claims its batch with ``SET NX`` (with expiry):
+run twice — a redelivery — it forwards once.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, cast
 
 import redis
 
-from tidegate._redis import map_redis_errors
+from tidegate._redis import lua_script, map_redis_errors
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 
-__all__ = ["DEFAULT_BATCH_TTL_S", "BatchStore"]
+__all__ = ["DEFAULT_BATCH_TTL_S", "DOCUMENT_CHUNK", "BatchStore"]
 
 #: How long a batch's units and summary are kept, in seconds.
 DEFAULT_BATCH_TTL_S = 7 * 24 * 3600
 _PIPELINE_CHUNK = 500
+#: Bytes per stored chunk of a manifest document.
+DOCUMENT_CHUNK = 256 * 1024
 
 
 class BatchStore:
@@ -40,26 +46,117 @@ class BatchStore:
         self.client = client
         self.prefix = prefix
         self.ttl_s = ttl_s
+        self._seal = client.register_script(lua_script("bulk_seal", "tidegate.bulk"))
+        self._outcome = client.register_script(lua_script("bulk_outcome", "tidegate.bulk"))
 
     def _key(self, batch_id: str, part: str) -> str:
         return f"{self.prefix}:batch:{{{batch_id}}}:{part}"
 
     def save_units(self, batch_id: str, units: Iterable[Mapping[str, Any]]) -> int:
-        """Store units (each with a ``"key"``) in chunks; returns how many were stored."""
-        key = self._key(batch_id, "units")
+        """Store units (each with a ``"key"``) in chunks, and their order; returns how many
+        were read (a key seen twice is stored once)."""
+        key, order = self._key(batch_id, "units"), self._key(batch_id, "order")
         count = 0
         chunk: dict[Any, Any] = {}
+        positions: dict[Any, Any] = {}
+
+        def flush() -> None:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(key, mapping=chunk)
+            pipe.zadd(order, positions, nx=True)
+            pipe.expire(key, self.ttl_s)
+            pipe.expire(order, self.ttl_s)
+            pipe.execute()
+
         with map_redis_errors("save batch units"):
             for unit in units:
                 chunk[str(unit["key"])] = json.dumps(unit, separators=(",", ":"))
+                positions.setdefault(str(unit["key"]), count)
                 count += 1
                 if len(chunk) >= _PIPELINE_CHUNK:
-                    self.client.hset(key, mapping=chunk)
-                    chunk = {}
+                    flush()
+                    chunk, positions = {}, {}
             if chunk:
-                self.client.hset(key, mapping=chunk)
-            self.client.expire(key, self.ttl_s)
+                flush()
         return count
+
+    def unit_keys(self, batch_id: str, page: int = _PIPELINE_CHUNK) -> Iterator[list[str]]:
+        """The batch's distinct unit keys in manifest order, ``page`` at a time."""
+        order = self._key(batch_id, "order")
+        start = 0
+        while True:
+            with map_redis_errors("read batch order"):
+                keys = cast("list[bytes]", self.client.zrange(order, start, start + page - 1))
+            if keys:
+                yield [k.decode() for k in keys]
+            if len(keys) < page:
+                return
+            start += page
+
+    def distinct_units(self, batch_id: str) -> int:
+        with map_redis_errors("count batch units"):
+            return int(self.client.zcard(self._key(batch_id, "order")))
+
+    def seal(self, batch_id: str, expected: int) -> bool:
+        """Every parse task is published: True if the caller must start the aggregate."""
+        keys = [self._key(batch_id, part) for part in ("expected", "done", "fired")]
+        with map_redis_errors("seal batch"):
+            return bool(self._seal(keys, [expected, self.ttl_s]))
+
+    def record_outcome(self, batch_id: str, key: str, outcome: Mapping[str, Any]) -> bool:
+        """Record a unit's outcome once: True if it was the last and the caller must start
+        the aggregate."""
+        keys = [self._key(batch_id, part) for part in ("outcomes", "done", "expected", "fired")]
+        body = json.dumps(dict(outcome), separators=(",", ":"))
+        with map_redis_errors("record unit outcome"):
+            return bool(self._outcome(keys, [key, body, self.ttl_s]))
+
+    def outcomes(self, batch_id: str, keys: list[str]) -> list[dict[str, Any] | None]:
+        """The recorded outcomes of ``keys`` (None where none is recorded)."""
+        with map_redis_errors("read unit outcomes"):
+            raws = cast(
+                "list[bytes | None]", self.client.hmget(self._key(batch_id, "outcomes"), keys)
+            )
+        return [json.loads(raw) if raw else None for raw in raws]
+
+    def first_forward(self, batch_id: str, bl_numbers: list[str]) -> list[bool]:
+        """For each B/L number, whether this is its first forward in the batch (the same
+        B/L twice in one manifest reaches the downstream once)."""
+        name = self._key(batch_id, "forwarded")
+        with map_redis_errors("mark forwarded"):
+            pipe = self.client.pipeline(transaction=False)
+            for number in bl_numbers:
+                pipe.sadd(name, number)
+            pipe.expire(name, self.ttl_s)
+            added = pipe.execute()[:-1]
+        return [bool(a) for a in added]
+
+    def save_document(self, batch_id: str, data: bytes, *, chunk: int = DOCUMENT_CHUNK) -> int:
+        """Store a manifest's bytes in chunks (a claim check): the dispatch message then
+        carries only the batch id, and the dispatch streams the document back instead
+        of one worker process decoding a message of tens of megabytes. Returns the
+        number of chunks."""
+        name = self._key(batch_id, "document")
+        with map_redis_errors("save batch document"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(name)
+            for start in range(0, len(data), chunk):
+                pipe.rpush(name, data[start : start + chunk])
+            pipe.expire(name, self.ttl_s)
+            pipe.execute()
+        return -(-len(data) // chunk)
+
+    def document_chunks(self, batch_id: str) -> Iterator[bytes]:
+        """The stored document, one chunk at a time (empty if none is stored)."""
+        name = self._key(batch_id, "document")
+        index = 0
+        while True:
+            with map_redis_errors("read batch document"):
+                part = cast("bytes | None", self.client.lindex(name, index))
+            if part is None:
+                return
+            yield part
+            index += 1
 
     def unit(self, batch_id: str, key: str) -> dict[str, Any] | None:
         """One stored unit, or ``None`` (expired, or never stored)."""
