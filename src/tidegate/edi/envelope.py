@@ -202,9 +202,27 @@ class _Group:
     message_count: int = 0
 
 
+#: Most significant digits a control count may have. The directories allow n..10
+#: (UNT) and n..6 (UNE, UNZ); anything much longer cannot count what a reader holds,
+#: and ``int()`` refuses strings of over 4,300 digits with a bare ``ValueError``.
+_MAX_COUNT_DIGITS = 18
+
+
 def _as_count(value: str) -> int | None:
+    """The count a trailer declares, or ``None`` when it is not a usable number."""
     value = value.strip()
-    return int(value) if value.isdigit() and value.isascii() else None
+    if not (value.isdigit() and value.isascii()):
+        return None
+    significant = value.lstrip("0") or "0"
+    return int(significant) if len(significant) <= _MAX_COUNT_DIGITS else None
+
+
+def _count_problem(declared: str) -> str:
+    """Why ``_as_count`` refused ``declared``, for a finding message."""
+    value = declared.strip()
+    if value.isdigit() and value.isascii():
+        return f"has {len(value)} digits, more than any count can have"
+    return f"{declared[:20]!r} is not a number"
 
 
 class EnvelopeReader:
@@ -458,7 +476,7 @@ class EnvelopeReader:
         if count is None:
             self._finding(
                 FindingCode.INVALID_CONTROL_COUNT,
-                f"UNT segment count {declared[:20]!r} is not a number",
+                f"UNT segment count {_count_problem(declared)}",
                 unt,
                 message.findings,
             )
@@ -553,7 +571,7 @@ class EnvelopeReader:
         if count is None:
             self._finding(
                 FindingCode.INVALID_CONTROL_COUNT,
-                f"UNZ count {declared[:20]!r} is not a number",
+                f"UNZ count {_count_problem(declared)}",
                 unz,
             )
         elif count != actual:
@@ -596,7 +614,7 @@ class EnvelopeReader:
         if count is None:
             self._finding(
                 FindingCode.INVALID_CONTROL_COUNT,
-                f"UNE count {declared[:20]!r} is not a number",
+                f"UNE count {_count_problem(declared)}",
                 une,
             )
         elif count != group.message_count:
