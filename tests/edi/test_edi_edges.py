@@ -7,6 +7,7 @@ findings, or a report that depended on how the bytes happened to be chunked.
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 from unittest import mock
@@ -16,7 +17,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tidegate.edi import (
+    DEFAULT_MAX_FINDINGS_PER_CODE,
     EdifactError,
+    EnvelopeReader,
     FindingCode,
     FindingPolicy,
     SegmentTooLarge,
@@ -107,6 +110,76 @@ def test_escaped_terminators_do_not_lift_the_segment_cap() -> None:
         with pytest.raises(SegmentTooLarge) as caught:
             list(Tokenizer(source, max_segment_bytes=4096))
         assert caught.value.segment_index == 2
+
+
+# --- bounded findings -----------------------------------------------------------------
+
+
+def invalid_tags(count: int, *, inside_message: bool) -> bytes:
+    body = b"1'" * count
+    if inside_message:
+        return UNB + b"UNH+1+IFTSTA:D:00B:UN'" + body + b"UNT+3+1'UNZ+1+IC1'"
+    return UNB + body + b"UNZ+0+IC1'"
+
+
+def test_identical_findings_are_capped_with_a_counted_summary() -> None:
+    """10,000 invalid tags: the first 100 listed, one summary counting the other 9,900."""
+    tokenizer = Tokenizer(invalid_tags(10_000, inside_message=True))
+    assert sum(1 for _ in tokenizer) == 10_004
+    invalid = [f for f in tokenizer.findings if f.code is FindingCode.INVALID_SEGMENT_TAG]
+    assert len(invalid) == DEFAULT_MAX_FINDINGS_PER_CODE + 1
+    assert [f.count for f in invalid[:-1]] == [1] * DEFAULT_MAX_FINDINGS_PER_CODE
+    summary = invalid[-1]
+    assert summary.count == 10_000 - DEFAULT_MAX_FINDINGS_PER_CODE
+    assert summary.segment_index == 2 + DEFAULT_MAX_FINDINGS_PER_CODE
+
+
+@pytest.mark.parametrize("inside_message", [True, False])
+def test_the_report_keeps_the_total_in_bounded_findings(inside_message: bool) -> None:
+    """In the JSON report too: at most the cap plus one summary, and the counts add up."""
+    report = inspect_source(invalid_tags(5_000, inside_message=inside_message), name="tags")
+    invalid = count_findings(report, FindingCode.INVALID_SEGMENT_TAG)
+    assert len(invalid) == DEFAULT_MAX_FINDINGS_PER_CODE + 1
+    assert sum(finding["count"] for finding in invalid) == 5_000
+
+
+def test_findings_about_many_messages_are_capped_in_the_report() -> None:
+    """The cap also holds across messages: 300 wrong UNT counts, 101 entries, total 300."""
+    message = b"UNH+1+IFTSTA:D:00B:UN'BGM+23'UNT+9+1'"
+    report = inspect_source(UNB + message * 300 + b"UNZ+300+IC1'", name="counts")
+    mismatches = count_findings(report, FindingCode.UNT_COUNT_MISMATCH)
+    assert len(mismatches) == DEFAULT_MAX_FINDINGS_PER_CODE + 1
+    assert sum(finding["count"] for finding in mismatches) == 300
+
+
+def test_strict_reading_still_stops_at_the_first_error() -> None:
+    """The cap never swallows the finding a strict reader must raise."""
+    with pytest.raises(EdifactError):
+        list(
+            EnvelopeReader(
+                invalid_tags(500, inside_message=True), policy=FindingPolicy(strict=True)
+            )
+        )
+
+
+def peak_of_inspecting(data: bytes) -> int:
+    tracemalloc.start()
+    try:
+        inspect_source(chunks_of(data, 512), name="peak")
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_is_flat_in_the_number_of_invalid_tags_outside_messages() -> None:
+    """Four times the invalid segments, about the same peak: no list grows with them.
+
+    Read in 512-byte chunks, so that both inputs are many buffers long and both peaks
+    include a full batch of segments.
+    """
+    small = peak_of_inspecting(invalid_tags(2_500, inside_message=False))
+    large = peak_of_inspecting(invalid_tags(10_000, inside_message=False))
+    assert large < small * 1.2 + 256 * 1024
 
 
 # --- the same report for any chunking -------------------------------------------------

@@ -53,9 +53,11 @@ from tidegate.edi.extract import (
     extract,
 )
 from tidegate.edi.findings import (
+    DEFAULT_MAX_FINDINGS_PER_CODE,
     DEFAULT_POLICY,
     DEFAULT_SEVERITIES,
     Finding,
+    FindingCap,
     FindingCode,
     FindingPolicy,
     Severity,
@@ -77,6 +79,7 @@ from tidegate.edi.validate import (
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_DELIMITERS",
+    "DEFAULT_MAX_FINDINGS_PER_CODE",
     "DEFAULT_MAX_SEGMENT_BYTES",
     "DEFAULT_POLICY",
     "DEFAULT_ROUTES",
@@ -101,6 +104,7 @@ __all__ = [
     "EventType",
     "Extraction",
     "Finding",
+    "FindingCap",
     "FindingCode",
     "FindingPolicy",
     "Intake",

@@ -32,7 +32,14 @@ from tidegate.edi.errors import (
     NotEdifactError,
     SegmentTooLarge,
 )
-from tidegate.edi.findings import DEFAULT_POLICY, Finding, FindingCode, FindingPolicy
+from tidegate.edi.findings import (
+    DEFAULT_MAX_FINDINGS_PER_CODE,
+    DEFAULT_POLICY,
+    Finding,
+    FindingCap,
+    FindingCode,
+    FindingPolicy,
+)
 from tidegate.edi.syntax import DEFAULT_DELIMITERS, Delimiters, Segment, parse_una
 
 __all__ = ["DEFAULT_MAX_SEGMENT_BYTES", "Tokenizer", "tokenize"]
@@ -261,6 +268,9 @@ class Tokenizer:
         policy: grades the findings the tokenizer makes.
         on_finding: called with each finding; when ``None`` they are collected in
             :attr:`findings`.
+        max_findings_per_code: findings of one code passed on one by one; the rest
+            are counted into one summary finding at the end (see
+            :class:`~tidegate.edi.FindingCap`).
 
     Raises (while iterating):
         NotEdifactError: the input does not begin with UNA, UNB or UNH.
@@ -279,10 +289,12 @@ class Tokenizer:
         max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES,
         policy: FindingPolicy = DEFAULT_POLICY,
         on_finding: Callable[[Finding], None] | None = None,
+        max_findings_per_code: int = DEFAULT_MAX_FINDINGS_PER_CODE,
     ) -> None:
         self._source = source
         self._max = max_segment_bytes
         self._policy = policy
+        self._cap = FindingCap(max_findings_per_code)
         self.findings: list[Finding] = []
         self._emit = on_finding if on_finding is not None else self.findings.append
         self._charset = UNDECLARED
@@ -306,10 +318,24 @@ class Tokenizer:
             yield chunk if type(chunk) is bytes else bytes(chunk)
 
     def _report(self, code: FindingCode, message: str, *, index: int, offset: int) -> None:
-        self._emit(self._policy.make(code, message, segment_index=index, offset=offset))
+        finding = self._policy.make(code, message, segment_index=index, offset=offset)
+        if self._cap.admit(finding):
+            self._emit(finding)
 
-    def batches(self) -> Iterator[list[Segment]]:  # noqa: PLR0912, PLR0915
+    def batches(self) -> Iterator[list[Segment]]:
         """Yield the segments a list per buffer: the fast way for a consumer to iterate.
+
+        The summaries of capped findings are passed on when the stream ends, also by
+        an error, so that no count is lost.
+        """
+        try:
+            yield from self._cut()
+        finally:
+            for summary in self._cap.summaries():
+                self._emit(summary)
+
+    def _cut(self) -> Iterator[list[Segment]]:  # noqa: PLR0912, PLR0915
+        """The tokenizer proper; see :meth:`batches`.
 
         One long function on purpose: the per-segment path keeps its state in local
         variables and does a handful of C-level operations per segment, and handing
