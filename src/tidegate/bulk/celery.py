@@ -1,7 +1,8 @@
 """The bulk path on Celery: one manifest → one chord of per-B/L tasks → one aggregate.
 
     bulk.dispatch(manifest)      split the IFCSUM (tidegate.edi), store the units,
-                                 chord(group(bulk.parse_bl(batch, key) …), bulk.aggregate)
+                                 chord(group(bulk.parse_bl(batch, key) …), bulk.aggregate);
+                                 a document that cannot be read is dead-lettered whole
     bulk.parse_bl(batch, key)    check one unit; an unroutable one is dead-lettered and
                                  the task *returns a sentinel* — never raises — so the
                                  chord still completes (a raised exception in a chord
@@ -30,6 +31,7 @@ from celery import Celery, Task, chord, group
 from tidegate.bulk.store import BatchStore
 from tidegate.delivery import RetryPolicy
 from tidegate.downstream import backoff_delay
+from tidegate.edi.errors import EdifactError, NotEdifactError
 from tidegate.edi.ifcsum import BLUnit
 from tidegate.edi.intake import Intake
 from tidegate.errors import BackendError
@@ -38,7 +40,7 @@ from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetter
 from tidegate.logging import get_logger
 
-__all__ = ["BulkTasks", "install_bulk", "unit_record"]
+__all__ = ["BulkTasks", "install_bulk", "manifest_key", "unit_record"]
 
 log = get_logger("tidegate.bulk")
 
@@ -61,9 +63,21 @@ def unit_record(unit: BLUnit, batch_id: str) -> dict[str, Any]:
     }
 
 
-def _units(edifact: str, batch_id: str, keys: list[str]) -> Iterator[dict[str, Any]]:
-    """Every consignment of every IFCSUM message in ``edifact``, streaming."""
-    for result in Intake(edifact.encode("utf-8")):
+def _units(edifact: object, batch_id: str, keys: list[str]) -> Iterator[dict[str, Any]]:
+    """Every consignment of every IFCSUM message in ``edifact``, streaming.
+
+    Raises:
+        EdifactError: the text cannot be read to its end, or is not text at all.
+    """
+    if not isinstance(edifact, str):
+        raise NotEdifactError(f"the manifest's edifact field is {type(edifact).__name__}, not text")
+    try:
+        data = edifact.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise NotEdifactError(
+            "the manifest's edifact text has characters UTF-8 cannot encode (lone surrogates)"
+        ) from exc
+    for result in Intake(data):
         for unit in result.units:
             keys.append(unit.idempotency_key)
             yield unit_record(unit, batch_id)
@@ -97,6 +111,41 @@ def _dead_letter(app: Celery, unit: Mapping[str, Any], reason: str) -> None:
             batch_id=str(unit["batch_id"]),
         )
     )
+
+
+def manifest_key(batch_id: str) -> str:
+    """The dead-letter key of a whole manifest (its units are keyed by B/L)."""
+    return f"manifest:{batch_id}"
+
+
+def _dead_letter_manifest(
+    app: Celery, manifest: Mapping[str, Any], batch_id: str, exc: EdifactError
+) -> str:
+    """Dead-letter a manifest that cannot be read, whole, so that a replay can resend it.
+
+    The reason is the error's own message (``LocatedEdifactError`` messages name what
+    and where, never payload text); the body travels only in the record's payload,
+    which is never logged.
+    """
+    reason = f"manifest is not readable EDIFACT: {exc}"
+    runtime(app).dlq.add(
+        DeadLetter(
+            key=manifest_key(batch_id),
+            task="bulk.dispatch",
+            reason=reason,
+            exception=type(exc).__name__,
+            payload={"args": [dict(manifest)], "kwargs": {}, "queue": "bulk.dispatch"},
+            batch_id=batch_id,
+        )
+    )
+    return reason
+
+
+def _replayed(task: Task[Any, Any]) -> bool:
+    """Whether this run is a replay from the DLQ: a worker puts the header on the
+    request itself, ``task.apply(headers=...)`` leaves it in ``headers``."""
+    request = task.request
+    return bool(request.get(REPLAY_HEADER) or (request.get("headers") or {}).get(REPLAY_HEADER))
 
 
 def _summary(
@@ -219,19 +268,32 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
         log.info("batch_aggregated", **summary)
         return summary
 
-    @app.task(name="bulk.dispatch", ignore_result=True)
-    def dispatch(manifest: dict[str, Any]) -> dict[str, Any]:
-        """Split a manifest and start its chord (at most once per batch id)."""
+    @app.task(bind=True, name="bulk.dispatch", ignore_result=True)
+    def dispatch(self: Task[Any, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+        """Split a manifest and start its chord (at most once per batch id).
+
+        A batch is dispatched complete or not at all: a document that cannot be read
+        to its end (not EDIFACT, garbage after the last UNZ, a segment over the size
+        cap) is dead-lettered whole with the reason, and the units stored before the
+        error are deleted. Acknowledging it with only a log line would lose it.
+        """
         batch_id = str(manifest["batch_id"])
         store = _store()
         if store.dispatched(batch_id):
             log.info("batch_dispatch_skipped", batch_id=batch_id, reason="already_dispatched")
             return {"status": "already_dispatched", "batch_id": batch_id}
         keys: list[str] = []
-        count = store.save_units(batch_id, _units(manifest["edifact"], batch_id, keys))
+        try:
+            count = store.save_units(batch_id, _units(manifest.get("edifact"), batch_id, keys))
+        except EdifactError as exc:
+            store.discard_units(batch_id)
+            reason = _dead_letter_manifest(app, manifest, batch_id, exc)
+            return {"status": "dead_lettered", "batch_id": batch_id, "reason": reason}
         header = group(parse_bl.s(batch_id, key) for key in keys)
         chord(header)(aggregate.s(batch_id))
         store.mark_dispatched(batch_id)
+        if _replayed(self) and runtime(app).dlq.remove(manifest_key(batch_id)):
+            log.info("dlq_item_resolved", task=self.name, key=manifest_key(batch_id))
         log.info("batch_dispatched", batch_id=batch_id, units=count)
         return {"status": "dispatched", "batch_id": batch_id, "units": count}
 
