@@ -112,6 +112,18 @@ def test_escaped_terminators_do_not_lift_the_segment_cap() -> None:
         assert caught.value.segment_index == 2
 
 
+def test_a_una_makes_the_old_element_separator_data() -> None:
+    """A tag read before a UNA is not trusted after it: the same interchange gets the
+    same findings whether or not another interchange came first."""
+    first = b"UNB+UNOA:3+S+R+1+1'UNH+1+X'BGM+1'UNT+3+1'UNZ+1+1'"
+    second = b"UNA:*.? 'UNB*UNOA:3*S*R*1*2'UNH*1*X'BGM+1'UNT*3*1'UNZ*1*2'"
+    alone, after = Tokenizer(second), Tokenizer(first + second)
+    list(alone), list(after)
+    assert [f.code for f in alone.findings] == [FindingCode.INVALID_SEGMENT_TAG]
+    assert [f.code for f in after.findings] == [FindingCode.INVALID_SEGMENT_TAG]
+    assert after.findings[0].offset == len(first) + alone.findings[0].offset
+
+
 # --- bounded findings -----------------------------------------------------------------
 
 

@@ -355,7 +355,8 @@ class Tokenizer:
         check_ascii = False
         charset_tags = _CHARSET_TAGS
         #: segment head (tag plus the element separator) -> tag, for heads already
-        #: validated; the separator is part of the key, so a new UNA needs no reset.
+        #: validated. Emptied by a UNA: the old separator may be data under the new
+        #: ones ("BGM+1" has no valid tag when the element separator is "*").
         known: dict[str, str] = {}
         index = 0
         base = 0
@@ -454,6 +455,7 @@ class Tokenizer:
                         release = b"" if delimiters.release is None else delimiters.release.encode()
                         release_byte = release[0] if release else -1
                         element_sep = delimiters.element
+                        known.clear()
                         self._set_charset(UNDECLARED)
                         codec, check_ascii = "utf-8", False
                         continue
