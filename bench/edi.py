@@ -17,9 +17,19 @@ time; CPU time is the fairer figure on a shared machine. pydifact on the large f
 can take minutes: it runs with ``--pydifact-timeout`` and is reported as skipped
 (with the reason) when it does not finish, or with ``--skip-pydifact-large``.
 
+Edge inputs (issue #13): each in its own subprocess too, through ``inspect_source`` as
+``tidegate edi inspect`` reads a file (64 KiB chunks).
+
+* escaped terminators: one FTX whose text is ``?'`` repeated, at 100 KB and at 1 MB.
+  Linear time means the same time per byte at both sizes (ratio ~1); the reader was
+  quadratic here before (262 KB took 3.3 s).
+* invalid tags: 1,000,000 segments ``1'`` (2 MB) inside one message: peak RSS, and the
+  number of findings in the report (capped per code, with a counted summary).
+
 Usage::
 
     .venv/bin/python bench/edi.py [--out bench-edi.json] [--skip-pydifact-large]
+    .venv/bin/python bench/edi.py --edges-only
 """
 
 from __future__ import annotations
@@ -113,6 +123,100 @@ def _child(tool: str, path: str) -> None:
     result["baseline_rss_mib"] = baseline / 1024
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
+
+
+EDGE_SIZES = {"escaped": (100_000, 1_000_000), "invalid_tags": (2_000_000,)}
+_UNB = b"UNB+UNOA:3+SENDER+RECEIVER+240115:1200+IC1'UNH+1+IFTSTA:D:00B:UN'"
+
+
+def _edge_input(kind: str, size: int) -> bytes:
+    """``size`` bytes of the pathological part, inside one interchange and message."""
+    if kind == "escaped":
+        middle = b"FTX+AAA+++" + b"?'" * (size // 2) + b"'"
+    else:
+        middle = b"1'" * (size // 2)
+    return _UNB + middle + b"UNT+3+1'UNZ+1+IC1'"
+
+
+def _edge_child(kind: str, size: str, path: str) -> None:
+    """Inspect one edge input in this (fresh) process; print the measurements as JSON."""
+    from tidegate.edi import inspect_path
+
+    baseline = _rss_kib()
+    wall, cpu = time.perf_counter(), time.process_time()
+    report = inspect_path(path)
+    result = {
+        "kind": kind,
+        "bytes": Path(path).stat().st_size,
+        "size": int(size),
+        "wall_s": time.perf_counter() - wall,
+        "cpu_s": time.process_time() - cpu,
+        "segments": report["segments"],
+        "findings": len(report["findings"]),
+        "findings_total": sum(f.get("count", 1) for f in report["findings"]),
+        "error": report["error"],
+        "baseline_rss_mib": baseline / 1024,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    print(json.dumps(result))
+
+
+def _run_edges(directory: Path, repeat: int, timeout: float) -> list[dict[str, Any]]:
+    rows = []
+    for kind, sizes in EDGE_SIZES.items():
+        for size in sizes:
+            path = directory / f"edge-{kind}-{size}.edi"
+            path.write_bytes(_edge_input(kind, size))
+            print(f"running edge input {path.name} ...", file=sys.stderr, flush=True)
+            runs = []
+            for _ in range(repeat if kind == "escaped" else 1):
+                try:
+                    done = subprocess.run(
+                        [sys.executable, __file__, "--edge-child", kind, str(size), str(path)],
+                        capture_output=True,
+                        text=True,
+                        timeout=timeout,
+                        check=False,
+                    )
+                except subprocess.TimeoutExpired:
+                    runs = [{"kind": kind, "size": size, "skipped": f"over {timeout:.0f}s"}]
+                    break
+                if done.returncode != 0:
+                    tail = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+                    runs = [{"kind": kind, "size": size, "skipped": f"failed: {tail[0][:200]}"}]
+                    break
+                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            rows.append(min(runs, key=lambda run: run.get("cpu_s", math.inf)))
+    return rows
+
+
+def _edge_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| edge input | bytes | CPU s | µs CPU per KB | segments | findings listed (total) "
+        "| peak RSS MiB | RSS after imports MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        if "skipped" in row:
+            lines.append(f"| {row['kind']} | {row['size']:,} | skipped: {row['skipped']} |")
+            continue
+        per_kb = row["cpu_s"] / (row["bytes"] / 1000) * 1e6
+        lines.append(
+            f"| {row['kind']} | {row['bytes']:,} | {row['cpu_s']:.3f} | {per_kb:,.1f} "
+            f"| {row['segments']:,} | {row['findings']:,} ({row['findings_total']:,}) "
+            f"| {row['peak_rss_mib']:.1f} | {row['baseline_rss_mib']:.1f} |"
+        )
+    escaped = [r for r in rows if r["kind"] == "escaped" and "cpu_s" in r]
+    if len(escaped) == 2:
+        small, large = sorted(escaped, key=lambda r: r["bytes"])
+        ratio = (large["cpu_s"] / large["bytes"]) / (small["cpu_s"] / small["bytes"])
+        lines += [
+            "",
+            f"- escaped terminators: CPU time per byte at {large['bytes']:,} B / at "
+            f"{small['bytes']:,} B = {ratio:.2f} (1 = linear; quadratic would be "
+            f"~{large['bytes'] / small['bytes']:.0f})",
+        ]
+    return "\n".join(lines)
 
 
 def _run(tool: str, path: Path, repeat: int, timeout: float) -> dict[str, Any]:
@@ -209,13 +313,25 @@ def main() -> None:
     parser.add_argument("--skip-pydifact-large", action="store_true")
     parser.add_argument("--pydifact-timeout", type=float, default=240.0)
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--edges-only", action="store_true", help="only the edge inputs")
+    parser.add_argument("--edge-timeout", type=float, default=300.0)
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "FILE"), help=argparse.SUPPRESS)
+    parser.add_argument("--edge-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(*args.child)
         return
+    if args.edge_child:
+        _edge_child(*args.edge_child)
+        return
 
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-edi-") as tmp:
+        edges = _run_edges(Path(tmp), 3, args.edge_timeout)
+        if args.edges_only:
+            print(_edge_table(edges))
+            if args.out:
+                args.out.write_text(json.dumps({"edges": edges}, indent=2) + "\n")
+            return
         files = _generate(Path(tmp), args.consignments, args.large_mb)
         rows = []
         for label, path in files.items():
@@ -239,7 +355,7 @@ def main() -> None:
                         "result": result,
                     }
                 )
-    report = "\n".join([_table(rows), "", *_ratios(rows)])
+    report = "\n".join([_table(rows), "", *_ratios(rows), "", _edge_table(edges)])
     print(report)
     if args.out:
         payload = {
@@ -248,6 +364,7 @@ def main() -> None:
             "load_average": os.getloadavg(),
             "consignments": args.consignments,
             "rows": rows,
+            "edges": edges,
         }
         args.out.write_text(json.dumps(payload, indent=2) + "\n")
 

@@ -134,3 +134,21 @@ def test_worker_killed_mid_batch_still_gives_every_bl_once(fleet: Any) -> None:
     assert set(fleet.tos.accepted_keys()) == set(bls)
     assert stats["duplicates"] == 0
     assert len(fleet.dlq) == 0
+
+
+def test_unreadable_manifests_are_dead_lettered_not_acknowledged(fleet: Any) -> None:
+    """A PDF, and a manifest with garbage after its UNZ: real workers dead-letter each
+    whole with the reason (no more ERROR line and an ack), and no B/L reaches the TOS."""
+    text, _ = _manifest(seed=13, count=50)
+    for batch_id, body in (("b-pdf", "%PDF-1.7 not a manifest"), ("b-tail", text + "UNAUNAUNA")):
+        fleet.producer.send_task(
+            "bulk.dispatch", args=[{"batch_id": batch_id, "edifact": body}], queue="bulk.dispatch"
+        )
+
+    fleet.wait_for(lambda: len(fleet.dlq) == 2, timeout_s=60)
+    letters = {letter.key: letter for letter in fleet.dlq.iter()}
+    assert set(letters) == {"manifest:b-pdf", "manifest:b-tail"}
+    assert letters["manifest:b-pdf"].exception == "NotEdifactError"
+    assert letters["manifest:b-tail"].exception == "InvalidServiceStringAdvice"
+    assert all(letter.task == "bulk.dispatch" for letter in letters.values())
+    assert fleet.tos.stats(timeline=False)["distinct_keys"] == 0

@@ -45,7 +45,8 @@ def test_inspect_json_shape() -> None:
     assert first["containers"] == {"total": 3, "valid": 3, "invalid": 0}
     assert first["error"] is None
     (finding,) = second["findings"]
-    assert set(finding) == {"severity", "code", "message", "segment_index", "offset"}
+    assert set(finding) == {"severity", "code", "message", "segment_index", "offset", "count"}
+    assert finding["count"] == 1
     assert (finding["severity"], finding["code"]) == ("warning", "unt_count_mismatch")
 
 

@@ -245,4 +245,5 @@ def test_finding_to_dict_shape() -> None:
         "message": "UNT says 9 segments, message 'M1' has 2",
         "segment_index": 1,
         "offset": 18,
+        "count": 1,
     }

@@ -2,7 +2,8 @@
 
     bulk.dispatch(manifest)      split the IFCSUM (tidegate.edi), store the units, publish
                                  bulk.parse_bl(batch, key) for each, page by page, then
-                                 seal the batch with its count
+                                 seal the batch with its count; a document that cannot
+                                 be read is dead-lettered whole
     bulk.parse_bl(batch, key)    check one unit; an unroutable one is dead-lettered; the
                                  outcome is recorded in Redis once, and the last one (or
                                  the seal, if later) starts the aggregate — never raises,
@@ -34,6 +35,7 @@ from celery import Celery, Task
 from tidegate.bulk.store import BatchStore
 from tidegate.delivery import RetryPolicy
 from tidegate.downstream import backoff_delay
+from tidegate.edi.errors import EdifactError, NotEdifactError
 from tidegate.edi.ifcsum import BLUnit
 from tidegate.edi.intake import Intake
 from tidegate.errors import BackendError
@@ -42,7 +44,7 @@ from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetter
 from tidegate.logging import get_logger
 
-__all__ = ["BulkTasks", "install_bulk", "submit_manifest", "unit_record"]
+__all__ = ["BulkTasks", "install_bulk", "manifest_key", "submit_manifest", "unit_record"]
 
 log = get_logger("tidegate.bulk")
 
@@ -74,10 +76,22 @@ def _units(source: bytes | Iterable[bytes], batch_id: str) -> Iterator[dict[str,
 
 def _document(store: BatchStore, manifest: Mapping[str, Any]) -> bytes | Iterator[bytes]:
     """The manifest's bytes: inline (``edifact``), or streamed back from the store when
-    the producer used :func:`submit_manifest` (``stored: true``)."""
+    the producer used :func:`submit_manifest` (``stored: true``).
+
+    Raises:
+        EdifactError: the ``edifact`` field is not text at all.
+    """
     if manifest.get("stored"):
         return store.document_chunks(str(manifest["batch_id"]))
-    return str(manifest["edifact"]).encode("utf-8")
+    edifact = manifest.get("edifact")
+    if not isinstance(edifact, str):
+        raise NotEdifactError(f"the manifest's edifact field is {type(edifact).__name__}, not text")
+    try:
+        return edifact.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise NotEdifactError(
+            "the manifest's edifact text has characters UTF-8 cannot encode (lone surrogates)"
+        ) from exc
 
 
 def submit_manifest(producer: Celery, store: BatchStore, batch_id: str, data: bytes) -> None:
@@ -121,6 +135,41 @@ def _dead_letter(app: Celery, unit: Mapping[str, Any], reason: str) -> None:
             batch_id=str(unit["batch_id"]),
         )
     )
+
+
+def manifest_key(batch_id: str) -> str:
+    """The dead-letter key of a whole manifest (its units are keyed by B/L)."""
+    return f"manifest:{batch_id}"
+
+
+def _dead_letter_manifest(
+    app: Celery, manifest: Mapping[str, Any], batch_id: str, exc: EdifactError
+) -> str:
+    """Dead-letter a manifest that cannot be read, whole, so that a replay can resend it.
+
+    The reason is the error's own message (``LocatedEdifactError`` messages name what
+    and where, never payload text); the body travels only in the record's payload,
+    which is never logged.
+    """
+    reason = f"manifest is not readable EDIFACT: {exc}"
+    runtime(app).dlq.add(
+        DeadLetter(
+            key=manifest_key(batch_id),
+            task="bulk.dispatch",
+            reason=reason,
+            exception=type(exc).__name__,
+            payload={"args": [dict(manifest)], "kwargs": {}, "queue": "bulk.dispatch"},
+            batch_id=batch_id,
+        )
+    )
+    return reason
+
+
+def _replayed(task: Task[Any, Any]) -> bool:
+    """Whether this run is a replay from the DLQ: a worker puts the header on the
+    request itself, ``task.apply(headers=...)`` leaves it in ``headers``."""
+    request = task.request
+    return bool(request.get(REPLAY_HEADER) or (request.get("headers") or {}).get(REPLAY_HEADER))
 
 
 def _summary(batch_id: str, counts: Mapping[str, int], *, forwarded: int) -> dict[str, Any]:
@@ -253,14 +302,26 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
         log.info("batch_aggregated", **summary)
         return summary
 
-    @app.task(name="bulk.dispatch", ignore_result=True)
-    def dispatch(manifest: dict[str, Any]) -> dict[str, Any]:
-        """Split a manifest and start its chord (at most once per batch id)."""
+    @app.task(bind=True, name="bulk.dispatch", ignore_result=True)
+    def dispatch(self: Task[Any, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+        """Split a manifest and start its chord (at most once per batch id).
+
+        A batch is dispatched complete or not at all: a document that cannot be read
+        to its end (not EDIFACT, garbage after the last UNZ, a segment over the size
+        cap) is dead-lettered whole with the reason, and the units stored before the
+        error are deleted. Acknowledging it with only a log line would lose it.
+        """
         batch_id = str(manifest["batch_id"])
         store = _store()
         if store.dispatched(batch_id):
             log.info("batch_dispatch_skipped", batch_id=batch_id, reason="already_dispatched")
             return {"status": "already_dispatched", "batch_id": batch_id}
+        try:
+            count = store.save_units(batch_id, _units(_document(store, manifest), batch_id))
+        except EdifactError as exc:
+            store.discard_units(batch_id)
+            reason = _dead_letter_manifest(app, manifest, batch_id, exc)
+            return {"status": "dead_lettered", "batch_id": batch_id, "reason": reason}
         count = store.save_units(batch_id, _units(_document(store, manifest), batch_id))
         expected = 0
         for keys in store.unit_keys(batch_id):
@@ -270,6 +331,8 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
         if store.seal(batch_id, expected):
             aggregate.apply_async((batch_id,), ignore_result=True)
         store.mark_dispatched(batch_id)
+        if _replayed(self) and runtime(app).dlq.remove(manifest_key(batch_id)):
+            log.info("dlq_item_resolved", task=self.name, key=manifest_key(batch_id))
         log.info("batch_dispatched", batch_id=batch_id, units=count)
         return {"status": "dispatched", "batch_id": batch_id, "units": count}
 

@@ -158,6 +158,16 @@ class BatchStore:
             yield part
             index += 1
 
+    def discard_units(self, batch_id: str) -> None:
+        """Delete every unit stored for the batch (a manifest that could not be read).
+
+        Units are stored while the manifest is still being read, so a document that
+        turns out unreadable halfway has already left some: they must not outlive it.
+        A stored document stays (until the batch's expiry): a replay reads it again.
+        """
+        with map_redis_errors("discard batch units"):
+            self.client.delete(*(self._key(batch_id, part) for part in ("units", "order")))
+
     def unit(self, batch_id: str, key: str) -> dict[str, Any] | None:
         """One stored unit, or ``None`` (expired, or never stored)."""
         with map_redis_errors("load batch unit"):

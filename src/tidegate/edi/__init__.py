@@ -64,9 +64,11 @@ from tidegate.edi.extract import (
     extract,
 )
 from tidegate.edi.findings import (
+    DEFAULT_MAX_FINDINGS_PER_CODE,
     DEFAULT_POLICY,
     DEFAULT_SEVERITIES,
     Finding,
+    FindingCap,
     FindingCode,
     FindingPolicy,
     Severity,
@@ -89,6 +91,7 @@ __all__ = [
     "CONTRL",
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_DELIMITERS",
+    "DEFAULT_MAX_FINDINGS_PER_CODE",
     "DEFAULT_MAX_SEGMENT_BYTES",
     "DEFAULT_POLICY",
     "DEFAULT_ROUTES",
@@ -116,6 +119,7 @@ __all__ = [
     "EventType",
     "Extraction",
     "Finding",
+    "FindingCap",
     "FindingCode",
     "FindingPolicy",
     "Intake",

@@ -26,7 +26,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tidegate.edi.findings import DEFAULT_POLICY, Finding, FindingCode, FindingPolicy
+from tidegate.edi.findings import (
+    DEFAULT_MAX_FINDINGS_PER_CODE,
+    DEFAULT_POLICY,
+    Finding,
+    FindingCap,
+    FindingCode,
+    FindingPolicy,
+)
 from tidegate.edi.syntax import Delimiters, Segment
 from tidegate.edi.tokenizer import DEFAULT_MAX_SEGMENT_BYTES, Tokenizer
 
@@ -202,9 +209,27 @@ class _Group:
     message_count: int = 0
 
 
+#: Most significant digits a control count may have. The directories allow n..10
+#: (UNT) and n..6 (UNE, UNZ); anything much longer cannot count what a reader holds,
+#: and ``int()`` refuses strings of over 4,300 digits with a bare ``ValueError``.
+_MAX_COUNT_DIGITS = 18
+
+
 def _as_count(value: str) -> int | None:
+    """The count a trailer declares, or ``None`` when it is not a usable number."""
     value = value.strip()
-    return int(value) if value.isdigit() and value.isascii() else None
+    if not (value.isdigit() and value.isascii()):
+        return None
+    significant = value.lstrip("0") or "0"
+    return int(significant) if len(significant) <= _MAX_COUNT_DIGITS else None
+
+
+def _count_problem(declared: str) -> str:
+    """Why ``_as_count`` refused ``declared``, for a finding message."""
+    value = declared.strip()
+    if value.isdigit() and value.isascii():
+        return f"has {len(value)} digits, more than any count can have"
+    return f"{declared[:20]!r} is not a number"
 
 
 class EnvelopeReader:
@@ -217,6 +242,8 @@ class EnvelopeReader:
         max_segment_bytes: passed to the :class:`~tidegate.edi.Tokenizer`.
         consumer_for: called when a message opens; a :class:`MessageConsumer` it
             returns takes that message's segments (``None``: the message keeps them).
+        max_findings_per_code: per stream, for the tokenizer's findings and for
+            those that belong to no message (see :class:`~tidegate.edi.FindingCap`).
 
     After (or during) iteration, :attr:`interchanges` lists every UNB seen,
     :attr:`findings` holds the findings that belong to no single message, and
@@ -235,6 +262,7 @@ class EnvelopeReader:
         policy: FindingPolicy = DEFAULT_POLICY,
         max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES,
         consumer_for: Callable[[Message], MessageConsumer | None] | None = None,
+        max_findings_per_code: int = DEFAULT_MAX_FINDINGS_PER_CODE,
     ) -> None:
         self._policy = policy
         self._consumer_for = consumer_for
@@ -244,7 +272,9 @@ class EnvelopeReader:
             max_segment_bytes=max_segment_bytes,
             policy=policy,
             on_finding=self._on_token_finding,
+            max_findings_per_code=max_findings_per_code,
         )
+        self._cap = FindingCap(max_findings_per_code)
         self.interchanges: list[Interchange] = []
         self.findings: list[Finding] = []
         self._open: Message | None = None
@@ -252,7 +282,10 @@ class EnvelopeReader:
         self._group: _Group | None = None
         self._references: set[str] = set()
         self._bare_messages = 0
-        self._stray: list[Segment] = []
+        #: The first segment of the current run outside any message, and the run's
+        #: length: a count, so that a run of a million is not held in memory.
+        self._stray: Segment | None = None
+        self._stray_count = 0
         self._pending: list[Finding] = []
 
     def __iter__(self) -> Iterator[Message]:
@@ -295,7 +328,10 @@ class EnvelopeReader:
         finding = self._policy.make(
             code, message, segment_index=segment.index, offset=segment.offset
         )
-        (self.findings if sink is None else sink).append(finding)
+        if sink is not None:
+            sink.append(finding)
+        elif self._cap.admit(finding):
+            self.findings.append(finding)
 
     def _messages(self) -> Iterator[Message]:
         try:
@@ -303,6 +339,7 @@ class EnvelopeReader:
         finally:
             # Also on an error or an abandoned iteration: nothing reported is lost.
             self._assign(None)
+            self.findings.extend(self._cap.summaries())
 
     def _read(self) -> Iterator[Message]:
         # The inner loop is the hot path: a set lookup and a list append per segment.
@@ -370,7 +407,9 @@ class EnvelopeReader:
     def _envelope(self, segment: Segment) -> None:
         tag = segment.tag
         if tag not in _ENVELOPE_TAGS:
-            self._stray.append(segment)
+            if self._stray is None:
+                self._stray = segment
+            self._stray_count += 1
             return
         self._flush_stray()
         if tag == "UNH":
@@ -398,14 +437,14 @@ class EnvelopeReader:
             )
 
     def _flush_stray(self) -> None:
-        if self._stray:
-            first = self._stray[0]
+        first = self._stray
+        if first is not None:
             self._finding(
                 FindingCode.SEGMENT_OUTSIDE_MESSAGE,
-                f"{len(self._stray)} segment(s) outside any message, first {first.tag!r}",
+                f"{self._stray_count} segment(s) outside any message, first {first.tag!r}",
                 first,
             )
-            self._stray = []
+            self._stray, self._stray_count = None, 0
 
     def _open_message(self, unh: Segment) -> None:
         interchange = self._interchange
@@ -458,7 +497,7 @@ class EnvelopeReader:
         if count is None:
             self._finding(
                 FindingCode.INVALID_CONTROL_COUNT,
-                f"UNT segment count {declared[:20]!r} is not a number",
+                f"UNT segment count {_count_problem(declared)}",
                 unt,
                 message.findings,
             )
@@ -553,7 +592,7 @@ class EnvelopeReader:
         if count is None:
             self._finding(
                 FindingCode.INVALID_CONTROL_COUNT,
-                f"UNZ count {declared[:20]!r} is not a number",
+                f"UNZ count {_count_problem(declared)}",
                 unz,
             )
         elif count != actual:
@@ -596,7 +635,7 @@ class EnvelopeReader:
         if count is None:
             self._finding(
                 FindingCode.INVALID_CONTROL_COUNT,
-                f"UNE count {declared[:20]!r} is not a number",
+                f"UNE count {_count_problem(declared)}",
                 une,
             )
         elif count != group.message_count:

@@ -28,9 +28,11 @@ from tidegate.edi.errors import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_FINDINGS_PER_CODE",
     "DEFAULT_POLICY",
     "DEFAULT_SEVERITIES",
     "Finding",
+    "FindingCap",
     "FindingCode",
     "FindingPolicy",
     "Severity",
@@ -189,6 +191,8 @@ class Finding:
             reference, never a whole segment.
         segment_index: 0-based index of the segment in the stream (UNA counts).
         offset: byte offset of that segment from the start of the stream.
+        count: how many findings this one stands for: 1, or more for the summary a
+            :class:`FindingCap` makes of the findings it did not keep.
     """
 
     severity: Severity
@@ -196,6 +200,7 @@ class Finding:
     message: str
     segment_index: int | None = None
     offset: int | None = None
+    count: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape used by ``tidegate edi inspect --json``."""
@@ -205,6 +210,7 @@ class Finding:
             "message": self.message,
             "segment_index": self.segment_index,
             "offset": self.offset,
+            "count": self.count,
         }
 
     def to_error(self) -> LocatedEdifactError:
@@ -262,3 +268,66 @@ class FindingPolicy:
 
 #: Default severities, never raising.
 DEFAULT_POLICY = FindingPolicy()
+
+#: Findings of one code kept one by one per stream; the rest become one summary.
+DEFAULT_MAX_FINDINGS_PER_CODE = 100
+
+
+class FindingCap:
+    """Keep the first ``limit`` findings of each code; count the rest into one summary.
+
+    A damaged file can repeat one problem on every segment: two megabytes of invalid
+    tags are a million findings, and listing each would cost far more memory than
+    the file while telling an operator nothing the first hundred do not. Counting
+    keeps memory bounded by the number of codes, and the summary keeps the total.
+
+    Args:
+        limit: findings of one code admitted before the rest are only counted.
+
+    Example:
+        >>> cap = FindingCap(limit=1)
+        >>> empty = [Finding(Severity.INFO, FindingCode.EMPTY_SEGMENT, "x", i) for i in range(3)]
+        >>> [cap.admit(finding) for finding in empty]
+        [True, False, False]
+        >>> [(f.code.value, f.segment_index, f.count) for f in cap.summaries()]
+        [('empty_segment', 1, 2)]
+    """
+
+    __slots__ = ("_kept", "_over", "limit")
+
+    def __init__(self, limit: int = DEFAULT_MAX_FINDINGS_PER_CODE) -> None:
+        self.limit = limit
+        self._kept: dict[FindingCode, int] = {}
+        #: code -> (first finding not kept, how many findings were not kept)
+        self._over: dict[FindingCode, tuple[Finding, int]] = {}
+
+    def admit(self, finding: Finding) -> bool:
+        """Whether to keep ``finding``; when not, it is counted (with its own ``count``)."""
+        code = finding.code
+        kept = self._kept.get(code, 0)
+        if kept < self.limit:
+            self._kept[code] = kept + 1
+            return True
+        first, total = self._over.get(code, (finding, 0))
+        self._over[code] = (first, total + finding.count)
+        return False
+
+    def summaries(self) -> list[Finding]:
+        """One finding per code that went over the limit, located at its first one.
+
+        The counts start again afterwards, so calling this twice reports nothing twice.
+        """
+        summaries = [
+            Finding(
+                first.severity,
+                code,
+                f"{total} more {code.value} findings from here on, not listed one by one "
+                f"(the first {self.limit} are)",
+                first.segment_index,
+                first.offset,
+                total,
+            )
+            for code, (first, total) in self._over.items()
+        ]
+        self._over = {}
+        return summaries

@@ -19,7 +19,7 @@ from typing import Any
 
 from tidegate.edi.classify import DEFAULT_ROUTES, Route
 from tidegate.edi.errors import EdifactError
-from tidegate.edi.findings import DEFAULT_POLICY, Finding, FindingPolicy
+from tidegate.edi.findings import DEFAULT_POLICY, Finding, FindingCap, FindingPolicy
 from tidegate.edi.intake import Intake
 from tidegate.edi.sources import read_chunks
 
@@ -78,15 +78,18 @@ def inspect_source(
         empty type as ``""``), ``classes`` (document class → count), ``segments``,
         ``consignments`` (CNI groups in any message), ``bl_units`` and
         ``dead_letter_units`` (from split classes), ``containers`` (``total``,
-        ``valid``, ``invalid`` over EQD+CN), ``findings`` (list of dicts),
-        ``finding_groups`` (identical findings counted, see :func:`group_findings`)
-        and ``error`` (``None``, or ``code`` and ``message``).
+        ``valid``, ``invalid`` over EQD+CN), ``findings`` (list of dicts, at most
+        :data:`~tidegate.edi.DEFAULT_MAX_FINDINGS_PER_CODE` per code plus one summary
+        per code whose ``count`` is how many more there were), ``finding_groups``
+        (identical findings counted, see :func:`group_findings`) and ``error``
+        (``None``, or ``code`` and ``message``).
     """
     messages: Counter[str] = Counter()
     classes: Counter[str] = Counter()
     consignments = bl_units = dead_letter = 0
     containers = {"total": 0, "valid": 0, "invalid": 0}
     findings: list[Finding] = []
+    cap = FindingCap()
     error: dict[str, str] | None = None
     intake = Intake(source, policy=policy, routes=routes)
     try:
@@ -100,10 +103,11 @@ def inspect_source(
             for container in result.extraction.containers:
                 containers["total"] += 1
                 containers["valid" if container.valid else "invalid"] += 1
-            findings.extend(result.all_findings())
+            findings.extend(filter(cap.admit, result.all_findings()))
     except EdifactError as exc:
         error = {"code": getattr(exc, "code", "edifact"), "message": str(exc)}
-    findings.extend(intake.findings)
+    findings.extend(filter(cap.admit, intake.findings))
+    findings.extend(cap.summaries())
     findings.sort(key=lambda f: -1 if f.segment_index is None else f.segment_index)
     listed = [f.to_dict() for f in findings]
     return {
