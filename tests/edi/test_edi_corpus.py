@@ -1,7 +1,8 @@
-"""The shared corpus of real samples: each file gives the right counts, or a typed error.
+"""An optional corpus of real samples: each file gives the right counts, or a typed error.
 
-The corpus is read in place from ``../shared/edifact-corpus`` (never copied here: some
-files are GPL or unlicensed) and these tests skip when it is absent.
+The corpus is read in place from the folder ``TIDEGATE_EDIFACT_CORPUS`` names (never
+copied here: some files are GPL or unlicensed); these tests skip, saying so, when it is
+unset. Every behaviour they touch is also tested on the project's own fixtures.
 """
 
 from __future__ import annotations
