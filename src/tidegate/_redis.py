@@ -13,6 +13,7 @@ import contextlib
 import functools
 import importlib.resources
 from collections.abc import Iterator
+from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -24,6 +25,7 @@ from tidegate.errors import BackendError, BackendUnavailable, ConfigurationError
 __all__ = [
     "async_client_from_url",
     "client_from_url",
+    "hash_pages",
     "lua_script",
     "map_redis_errors",
     "redact_url",
@@ -115,3 +117,20 @@ def map_redis_errors(operation: str) -> Iterator[None]:
         yield
     except (redis.exceptions.RedisError, OSError) as exc:
         raise translate_redis_error(exc, operation) from exc
+
+
+def hash_pages(
+    client: redis.Redis, name: str, page: int, operation: str
+) -> Iterator[dict[bytes, bytes]]:
+    """A hash's fields and values, about ``page`` at a time (HSCAN): for whatever may be
+    as large as a backlog and must never be read, or held, whole."""
+    cursor = 0
+    while True:
+        with map_redis_errors(operation):
+            cursor, fields = cast(
+                "tuple[int, dict[bytes, bytes]]", client.hscan(name, cursor, count=page)
+            )
+        if fields:
+            yield fields
+        if cursor == 0:
+            return

@@ -39,7 +39,7 @@ from typing import Any, cast
 
 import redis
 
-from tidegate._redis import lua_script, map_redis_errors
+from tidegate._redis import hash_pages, lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.logging import get_logger, key_hash
@@ -176,17 +176,8 @@ class Outstanding:
 
     def iter_pages(self, page: int) -> Iterator[list[OutstandingUnit]]:
         """Every record, ``page`` at a time (HSCAN: never the whole registry at once)."""
-        cursor = 0
-        while True:
-            with map_redis_errors("outstanding scan"):
-                cursor, raw = cast(
-                    "tuple[int, dict[bytes, bytes]]",
-                    self.client.hscan(self.units_key, cursor, count=page),
-                )
-            if raw:
-                yield self.parse_units(raw)
-            if cursor == 0:
-                return
+        for raw in hash_pages(self.client, self.units_key, page, "outstanding scan"):
+            yield self.parse_units(raw)
 
     def misses_of(self, keys: list[str]) -> dict[str, int]:
         """The stored miss counts of ``keys`` (absent keys have none)."""

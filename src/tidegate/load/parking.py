@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import redis
 
-from tidegate._redis import lua_script, map_redis_errors
+from tidegate._redis import hash_pages, lua_script, map_redis_errors
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.logging import get_logger
 
@@ -96,13 +96,7 @@ class ParkingLot:
 
     def iter_keys(self, page: int) -> Iterator[list[str]]:
         """The idempotency keys of the parked messages, ``page`` envelopes at a time."""
-        cursor = 0
-        while True:
-            with map_redis_errors("parked keys"):
-                cursor, raws = cast(
-                    "tuple[int, dict[bytes, bytes]]",
-                    self.client.hscan(self._envelopes, cursor, count=page),
-                )
+        for raws in hash_pages(self.client, self._envelopes, page, "parked keys"):
             keys = []
             for raw in raws.values():
                 try:
@@ -113,8 +107,6 @@ class ParkingLot:
                     keys.append(str(key))
             if keys:
                 yield keys
-            if cursor == 0:
-                return
 
     def depth(self) -> int:
         """Messages parked or being moved (not yet republished)."""

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from celery import Celery, signals
 
-from tidegate._redis import map_redis_errors
+from tidegate._redis import hash_pages, map_redis_errors
 from tidegate.errors import BackendError, ConfigurationError
 from tidegate.load import DeliveryLedger, DeliveryState, ParkingLot
 from tidegate.load.depth import RedisDepthProbe
@@ -281,21 +281,14 @@ class OrphanSweep:
                     if len(items) < self.page:
                         break
                     start += self.page
-        cursor = 0
-        while True:
-            with map_redis_errors("sweep read unacked"):
-                cursor, entries = cast(
-                    "tuple[int, dict[bytes, bytes]]",
-                    self.broker.client.hscan(self.broker.unacked_hash, cursor, count=self.page),
-                )
+        unacked = self.broker.unacked_hash
+        for entries in hash_pages(self.broker.client, unacked, self.page, "sweep read unacked"):
             ids = []
             for raw in entries.values():  # kombu's entry: [message, exchange, routing_key]
                 entry = _loads(raw)
                 if isinstance(entry, list) and entry and (i := _message_id(entry[0])):
                     ids.append(i)
             self._add_present("t:", ids)
-            if cursor == 0:
-                break
         for keys in self.parking.iter_keys(self.page):
             self._add_present("k:", keys)
 
