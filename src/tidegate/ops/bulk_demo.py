@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from tidegate.integrations.celery.gated import REPLAY_HEADER
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.replay import replay_dead_letters
 from tidegate.ops.fleet import Fleet, Pool
+from tidegate.ops.reconcile import reconcile
 from tidegate.ops.vessel_demo import Sample, cleanup_prefix, queue_depths
 from tidegate.sim import TosSim
 
@@ -130,20 +132,27 @@ def run_bulk_demo(
             replayed = replay_dead_letters(dlq, publish, limit=max(1, dead_at_peak)).published
             wait(lambda s: s.dead_lettered == 0 and s.accepted["tos"] >= len(set(bls)))
             final = tos.stats(timeline=False)
+            accepted, letters_left = Counter(tos.accepted_keys()), list(dlq.iter())
             summary = BatchStore(client, prefix=prefix).summary(batch_id) or {}
         finally:
             fleet.stop()
             producer.close()
-    delivered = final["distinct_keys"]
+    # The TOS records B/L numbers; a dead letter names its B/L too.
+    outcome = reconcile(
+        bls,
+        accepted=accepted,
+        dead_lettered=(letter.bl_number for letter in letters_left if letter.bl_number),
+    )
     report = {
         "scenario": "bulk",
-        "submitted": len(bls),
-        "delivered": delivered,
+        "submitted": len(outcome.outcome),
+        "delivered": outcome.count("delivered"),
         "dead_lettered": dead_at_peak,
         "dead_lettered_after_replay": len(dlq),
         "replayed": replayed,
         "quarantined": 0,
-        "lost": len(set(bls)) - delivered - len(dlq),
+        "lost": outcome.count("lost"),
+        "lost_keys": outcome.keys("lost")[:20],
         "duplicates": final["duplicates"],
         "batch": summary,
         "aggregate_s": (

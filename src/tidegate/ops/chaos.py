@@ -71,6 +71,7 @@ from tidegate.flow import Gate
 from tidegate.flow.backends.base import GateKeys
 from tidegate.load import DeadLetterQueue, ParkingLot
 from tidegate.logging import get_logger
+from tidegate.ops.reconcile import reconcile
 from tidegate.ops.report_view import public
 from tidegate.ops.vessel_demo import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -647,8 +648,13 @@ class _Scenario:
         accepted = Counter(run.customs.accepted_keys()) + Counter(run.tos.accepted_keys())
         refused = {item.key for item in run.refused}
         dead = {letter["key"] for letter in letters}
-        submitted = [item.key for item in run.submissions]
-        lost = [k for k in submitted if k not in accepted and k not in dead and k not in refused]
+        outcome = reconcile(
+            (item.key for item in run.submissions),
+            accepted=accepted,
+            dead_lettered=dead,
+            refused=refused,
+        )
+        lost = outcome.keys("lost")
         live, expired = _leases(run.client, run.prefix, "tos")
         duplicates = sorted(k for k, n in accepted.items() if n > 1)
         queue_of = {item.key: item.queue for item in run.submissions}

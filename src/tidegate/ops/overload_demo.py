@@ -48,7 +48,9 @@ from tidegate.load.watermarks import LoadBoard, ScalingPolicy, Watermarks, Water
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
 from tidegate.ops.monitor import Monitor, QueueSpec
+from tidegate.ops.reconcile import reconcile
 from tidegate.ops.report_view import summary_table
+from tidegate.ops.vessel_demo import pending_keys
 from tidegate.sim import CustomsSim, DatabaseSim
 
 __all__ = [
@@ -410,9 +412,15 @@ def _report(
 ) -> dict[str, Any]:
     c_full, d_full = handles.customs.stats(), handles.docstore.stats()
     q_stats = handles.quarantine.stats()
-    delivered = c_full["distinct_keys"] + d_full["distinct_keys"]
-    dead = len(handles.dlq)
-    pending = q_stats["documents"] + handles.parking.depth() + handles.broker_depth()
+    outcome = reconcile(
+        (doc.key for doc in docs),
+        accepted=Counter(handles.customs.accepted_keys())
+        + Counter(handles.docstore.accepted_keys()),
+        dead_lettered=(letter.key for letter in handles.dlq.iter()),
+        quarantined=(document.key for document in handles.quarantine.iter()),
+        pending=pending_keys(handles.client, list(TASKS), handles.parking),
+    )
+    counts = outcome.counts()
     replayed_by_class = dict(q_stats["replayed_total"])
     by_class = Counter(doc.document_class.name for doc in docs)
     return {
@@ -424,15 +432,16 @@ def _report(
         "shed_by_class": dict(q_stats["shed_total"]),
         "replayed": sum(replayed_by_class.values()),
         "replayed_by_class": replayed_by_class,
-        "delivered": delivered,
+        "delivered": counts["delivered"],
         "delivered_by_class": {
             "VERMAS": c_full["distinct_keys"],
             BULK_BL_PDF.name: d_full["distinct_keys"],
         },
-        "dead_lettered": dead,
-        "quarantined": q_stats["documents"],
-        "pending": pending,
-        "lost": len(docs) - delivered - dead - pending,
+        "dead_lettered": counts["dead_lettered"],
+        "quarantined": counts["quarantined"],
+        "pending": counts["pending"],
+        "lost": counts["lost"],
+        "lost_keys": outcome.keys("lost")[:20],
         "duplicates": c_full["duplicates"] + d_full["duplicates"],
         "vermas_quarantined": q_stats["shed_total"].get("VERMAS", 0),
         "ordering": _ordering(c_full, d_full, t0),

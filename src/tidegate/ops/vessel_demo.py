@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
 from tidegate.logging import get_logger
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
+from tidegate.ops.reconcile import keys_in_messages, reconcile
 from tidegate.sim import CustomsSim, TosSim
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "VesselConfig",
     "check_payload_size",
     "cleanup_prefix",
+    "pending_keys",
     "queue_depths",
     "run_vessel_demo",
 ]
@@ -363,24 +366,32 @@ def run_vessel_demo(
             c_full, t_full = customs.stats(), tos.stats()
             if disturbance is not None:
                 chaos = disturbance.collect(run)
+            accepted = Counter(customs.accepted_keys()) + Counter(tos.accepted_keys())
         finally:
             untrack()
             fleet.stop()
             producer.close()
-    delivered = c_full["distinct_keys"] + t_full["distinct_keys"]
-    dead = len(DeadLetterQueue(client, prefix=prefix))
-    refused = len(run.refused)
-    pending = samples[-1].parked + sum(samples[-1].depth.values()) if samples else 0
+    outcome = reconcile(
+        (item.key for item in submissions),
+        accepted=accepted,
+        dead_lettered=(letter.key for letter in DeadLetterQueue(client, prefix=prefix).iter()),
+        refused=(item.key for item in run.refused),
+        pending=pending_keys(client, list(TASK_FOR_QUEUE), ParkingLot(client, prefix=prefix)),
+    )
+    counts = outcome.counts()
     report = {
         "scenario": "vessel",
-        "submitted": len(submissions),
+        "submitted": len(outcome.outcome),
         "submit_s": round(submit_s, 3),
-        "delivered": delivered,
-        "dead_lettered": dead,
-        "quarantined": 0,
-        "refused_at_intake": refused,
-        "pending": pending,
-        "lost": len(submissions) - delivered - dead - refused - pending,
+        "delivered": counts["delivered"],
+        "dead_lettered": counts["dead_lettered"],
+        "quarantined": counts["quarantined"],
+        "refused_at_intake": counts["refused"],
+        "pending": counts["pending"],
+        "lost": counts["lost"],
+        "lost_keys": outcome.keys("lost")[:20],
+        "accepted_twice": len(outcome.accepted_twice),
+        "unexpected_accepts": len(outcome.unexpected),
         "duplicates": c_full["duplicates"] + t_full["duplicates"],
         "peak_worker_rss_mb": max((s.rss_mb for s in samples), default=0.0),
         "peak_worker_rss_mb_by_process": peak_by_process(samples),
@@ -426,6 +437,17 @@ def _count(values: Any) -> dict[str, int]:
     for value in values:
         counts[value] = counts.get(value, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def pending_keys(client: Any, queues: list[str], parking: ParkingLot) -> list[str]:
+    """The keys still on their way at the end of a run: in a queue, in ``unacked`` or
+    parked (read whole: this runs once, after the run, on the run's own Redis)."""
+    raws: list[bytes] = []
+    for queue in queues:
+        raws.extend(client.lrange(queue, 0, -1))
+    raws.extend(client.hvals("unacked"))
+    parked = [key for page in parking.iter_keys(500) for key in page]
+    return [*keys_in_messages(raws), *parked]
 
 
 def cleanup_prefix(client: Any, prefix: str) -> None:
