@@ -220,7 +220,10 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
         rt = runtime(app)
         return BatchStore(rt.client, prefix=rt.prefix)
 
+    # shared=False: these closures belong to this app only; Celery's default would
+    # register them on every app created afterwards in the process.
     @app.task(
+        shared=False,
         base=GatedTask,
         name=f"{forward_queue}.forward_bl",
         downstream=downstream,
@@ -231,7 +234,7 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
         """Send one B/L downstream (gated, keyed on the B/L number)."""
         return forward(envelope)
 
-    @app.task(bind=True, name="bulk.parse_bl", ignore_result=True, max_retries=None)
+    @app.task(shared=False, bind=True, name="bulk.parse_bl", ignore_result=True, max_retries=None)
     def parse_bl(self: Task[Any, Any], batch_id: str, key: str) -> dict[str, Any]:
         """Check one unit and record its outcome; never raises, so the batch completes."""
         outcome = _parse(self, batch_id, key)
@@ -275,7 +278,7 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             )
             raise self.retry(countdown=delay, exc=exc) from exc
 
-    @app.task(name="bulk.aggregate", ignore_result=False)
+    @app.task(shared=False, name="bulk.aggregate", ignore_result=False)
     def aggregate(batch_id: str) -> dict[str, Any]:
         """Read the batch's outcomes page by page and forward the B/Ls — once per batch."""
         store = _store()
@@ -302,7 +305,7 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
         log.info("batch_aggregated", **summary)
         return summary
 
-    @app.task(bind=True, name="bulk.dispatch", ignore_result=True)
+    @app.task(shared=False, bind=True, name="bulk.dispatch", ignore_result=True)
     def dispatch(self: Task[Any, Any], manifest: dict[str, Any]) -> dict[str, Any]:
         """Split a manifest and start its chord (at most once per batch id).
 
