@@ -180,4 +180,6 @@ def test_cli_demo_chaos(tmp_path: Path, redis_binary: str) -> None:
     assert report["refused_at_intake"] == 5
     assert report["lost"] == 0
     assert "_timelines" not in report
-    assert "held: accounted" in result.output
+    rows = [line.split() for line in result.output.splitlines()]
+    assert ["accounted", "held"] in [row[:2] for row in rows]
+    assert not [row for row in rows if len(row) > 1 and row[1] == "FAILED"]

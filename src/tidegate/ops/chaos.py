@@ -1151,7 +1151,7 @@ class _DownstreamOutage(_Scenario):
             for at, status in data["_customs"]["request_timeline"]
             if status == 503 and start <= at <= end
         )
-        per_key = Counter(str(e.get("idempotency_key")) for e in failures)
+        per_key = Counter(str(e.get("key_hash")) for e in failures)
         data.update(
             outage_s=round(end - start, 2),
             phases=[{"mode": m, "start": s, "end": e} for m, s, e in self.phases],
