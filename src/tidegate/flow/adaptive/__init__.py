@@ -10,9 +10,16 @@ with its reason comes out:
   latency) for a downstream that slows down instead of refusing;
 * :class:`AdaptivePolicy` — the operator's box: mode (on, frozen, off), floors,
   maxima, the suspension-prone flag.
+
+What they learn is kept behind :class:`AdaptiveStore` — :class:`RedisAdaptiveStore` for
+the fleet (imported lazily), :class:`MemoryAdaptiveStore` for one process — and written
+only by the worker elected by a lease: :class:`AdaptiveController` runs the election,
+the maths, the fenced write and one JSON event per change.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from tidegate.flow.adaptive._concurrency import (
     ConcurrencyDecision,
@@ -21,6 +28,11 @@ from tidegate.flow.adaptive._concurrency import (
     LatencyWindow,
     decide_concurrency,
     initial_concurrency_state,
+)
+from tidegate.flow.adaptive._controller import (
+    DEFAULT_LEASE_TTL_S,
+    AdaptiveController,
+    ControllerTick,
 )
 from tidegate.flow.adaptive._hint import HintSource, RateLimitHint
 from tidegate.flow.adaptive._policy import (
@@ -37,15 +49,33 @@ from tidegate.flow.adaptive._rate import (
     decide_rate,
     initial_rate_state,
 )
+from tidegate.flow.adaptive._store import (
+    DEFAULT_HISTORY_MAX,
+    AdaptiveKeys,
+    AdaptiveRecord,
+    AdaptiveStore,
+    MemoryAdaptiveStore,
+)
+
+if TYPE_CHECKING:
+    from tidegate.flow.adaptive._redis import RedisAdaptiveStore
 
 __all__ = [
+    "DEFAULT_HISTORY_MAX",
+    "DEFAULT_LEASE_TTL_S",
+    "AdaptiveController",
+    "AdaptiveKeys",
     "AdaptivePolicy",
+    "AdaptiveRecord",
+    "AdaptiveStore",
     "ConcurrencyDecision",
     "ConcurrencyPolicy",
     "ConcurrencyReason",
     "ConcurrencyState",
+    "ControllerTick",
     "HintSource",
     "LatencyWindow",
+    "MemoryAdaptiveStore",
     "Mode",
     "RateDecision",
     "RateLimitHint",
@@ -53,8 +83,17 @@ __all__ = [
     "RateReason",
     "RateState",
     "RateWindow",
+    "RedisAdaptiveStore",
     "decide_concurrency",
     "decide_rate",
     "initial_concurrency_state",
     "initial_rate_state",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RedisAdaptiveStore":
+        from tidegate.flow.adaptive._redis import RedisAdaptiveStore
+
+        return RedisAdaptiveStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

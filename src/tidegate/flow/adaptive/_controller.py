@@ -1,0 +1,223 @@
+"""One adaptive controller per downstream for the whole fleet: elect, decide, record.
+
+Every worker can run :class:`AdaptiveController` for a downstream and call
+:meth:`~AdaptiveController.tick` once a period with what it saw. Only the lease holder
+decides: it starts from the state the fleet learned last (or the policy's start),
+runs the pure maths, writes the new state fenced by its lease, and logs one JSON event
+per change with its reason. The others return at once; when the holder dies, the
+next tick after its lease expires elects another, which picks up the stored state.
+
+The tick returns the decisions; applying them to the gate (the live rate, a pause on
+an exhausted quota, the lease count) is the caller's job, so this stays testable on
+the memory store and knows nothing about the gate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tidegate.errors import BackendError, BackendUnavailable, ConfigurationError
+from tidegate.flow.adaptive._concurrency import (
+    ConcurrencyDecision,
+    LatencyWindow,
+    decide_concurrency,
+    initial_concurrency_state,
+)
+from tidegate.flow.adaptive._policy import AdaptivePolicy
+from tidegate.flow.adaptive._rate import (
+    RateDecision,
+    RateWindow,
+    decide_rate,
+    initial_rate_state,
+)
+from tidegate.flow.adaptive._store import (
+    DEFAULT_HISTORY_MAX,
+    AdaptiveKeys,
+    AdaptiveRecord,
+    AdaptiveStore,
+    check_history_max,
+)
+from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.logging import get_logger
+
+__all__ = ["DEFAULT_LEASE_TTL_S", "AdaptiveController", "ControllerTick"]
+
+log = get_logger("tidegate.adaptive")
+
+#: How long the controller's lease outlives its last tick, seconds: a few ticks, so
+#: one slow tick does not hand the controller over, a dead holder is replaced quickly.
+DEFAULT_LEASE_TTL_S = 10.0
+
+
+def _holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerTick:
+    """What the elected controller decided in one tick (``None``: not decided)."""
+
+    rate: RateDecision | None = None
+    concurrency: ConcurrencyDecision | None = None
+
+
+class AdaptiveController:
+    """The adaptive controller of one downstream, on one worker.
+
+    Args:
+        store: where the fleet's learned state lives (Redis, or memory).
+        name: the downstream (``customs``, ``tos``…).
+        policy: the operator's box and mode.
+        prefix: tidegate's key prefix.
+        holder: this worker's id in the election; unique by default.
+        lease_ttl_s: how long the lease outlives a tick (> 0).
+        history_max: decision events kept (>= 1).
+    """
+
+    def __init__(
+        self,
+        store: AdaptiveStore,
+        name: str,
+        policy: AdaptivePolicy,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        holder: str | None = None,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        history_max: int = DEFAULT_HISTORY_MAX,
+    ) -> None:
+        if not isinstance(policy, AdaptivePolicy):
+            raise ConfigurationError(f"policy must be an AdaptivePolicy, got {policy!r}")
+        if not (isinstance(lease_ttl_s, int | float) and 0 < lease_ttl_s < 86_400):
+            raise ConfigurationError(f"lease_ttl_s must be within (0, 86400), got {lease_ttl_s!r}")
+        self.store = store
+        self.keys = AdaptiveKeys.build(name, prefix=prefix)
+        self.policy = policy
+        self.holder = holder or _holder()
+        self.lease_ttl_ms = lease_ttl_s * 1000.0
+        self.history_max = check_history_max(history_max)
+        self.leader = False
+        self._record = AdaptiveRecord()
+
+    @property
+    def name(self) -> str:
+        return self.keys.name
+
+    @property
+    def record(self) -> AdaptiveRecord:
+        """The state this controller works from (meaningful while it leads)."""
+        return self._record
+
+    def tick(
+        self, rate: RateWindow | None = None, latency: LatencyWindow | None = None
+    ) -> ControllerTick | None:
+        """Decide once from the fleet's observations, if this worker is the controller.
+
+        Returns:
+            The decisions, or ``None`` when another worker leads, the mode is ``off``,
+            or the lease was lost between the election and the write (nothing was
+            written then).
+
+        Raises:
+            BackendUnavailable: the store is unreachable (nothing is decided).
+        """
+        if self.policy.mode == "off":
+            self.stop()
+            return None
+        if not self._elect():
+            return None
+        now = self.store.now_ms()
+        rate_decision = concurrency_decision = None
+        record = self._record
+        if self.policy.rate is not None and rate is not None:
+            state = initial_rate_state(self.policy.rate, record.rate)
+            rate_decision = decide_rate(
+                state, rate, self.policy.rate, now_ms=now, mode=self.policy.mode
+            )
+            record = replace(record, rate=rate_decision.state)
+        if self.policy.concurrency is not None and latency is not None:
+            cstate = initial_concurrency_state(self.policy.concurrency, record.concurrency)
+            concurrency_decision = decide_concurrency(
+                cstate, latency, self.policy.concurrency, now_ms=now, mode=self.policy.mode
+            )
+            record = replace(record, concurrency=concurrency_decision.state)
+        events = self._events(rate_decision, concurrency_decision, now)
+        saved = self.store.save(
+            self.keys,
+            self.holder,
+            record,
+            [fields for _, fields in events],
+            history_max=self.history_max,
+        )
+        if not saved:
+            self._lost("lease_lost_before_write")
+            return None
+        self._record = record
+        for event, fields in events:
+            log.warning(event, downstream=self.name, **fields)
+        return ControllerTick(rate_decision, concurrency_decision)
+
+    def stop(self) -> None:
+        """Give the lease up, so another worker takes over at the next tick."""
+        if self.leader:
+            with contextlib.suppress(BackendError):  # unreachable: the lease expires anyway
+                self.store.resign(self.keys, self.holder)
+            self._lost("stopped")
+
+    def history(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The latest decision events, newest first (any worker may read)."""
+        return self.store.history(self.keys, limit)
+
+    def _elect(self) -> bool:
+        held = self.store.elect(self.keys, self.holder, self.lease_ttl_ms)
+        if held and not self.leader:
+            self._record = self._load()
+            self.leader = True
+            log.warning(
+                "adaptive_controller_elected",
+                downstream=self.name,
+                holder=self.holder,
+                learned_rate=None if self._record.rate is None else self._record.rate.rate,
+                learned_concurrency=(
+                    None
+                    if self._record.concurrency is None
+                    else self._record.concurrency.concurrency
+                ),
+            )
+        elif not held and self.leader:
+            self._lost("lease_taken")
+        return held
+
+    def _lost(self, reason: str) -> None:
+        self.leader = False
+        log.warning(
+            "adaptive_controller_lost", downstream=self.name, holder=self.holder, reason=reason
+        )
+
+    def _load(self) -> AdaptiveRecord:
+        """The fleet's learned state; an unreadable one is logged and started afresh."""
+        try:
+            return self.store.load(self.keys)
+        except BackendUnavailable:
+            raise
+        except BackendError as exc:
+            log.error("adaptive_state_unreadable", downstream=self.name, error=str(exc)[:200])
+            return AdaptiveRecord()
+
+    def _events(
+        self,
+        rate: RateDecision | None,
+        concurrency: ConcurrencyDecision | None,
+        now: float,
+    ) -> list[tuple[str, dict[str, Any]]]:
+        events = []
+        if rate is not None and rate.changed:
+            events.append(("adaptive_rate_changed", {"kind": "rate", "at_ms": now, **rate.event()}))
+        if concurrency is not None and concurrency.changed:
+            fields = {"kind": "concurrency", "at_ms": now, **concurrency.event()}
+            events.append(("adaptive_concurrency_changed", fields))
+        return events
