@@ -27,6 +27,7 @@ from tidegate.flow.adaptive import (
     RateState,
     RateWindow,
     RedisAdaptiveStore,
+    apply_overrides,
 )
 from tidegate.flow.adaptive._store import decode_record
 from tidegate.flow.backends import ManualClock
@@ -380,3 +381,108 @@ def test_each_script_opens_with_its_contract(script: str) -> None:
     assert "Returns" in header
     for used in set(re.findall(r"(KEYS|ARGV)\[(\d)\]", body)):
         assert f"{used[0]}[{used[1]}]" in header
+
+
+# -- operator overrides ----------------------------------------------------------------
+
+
+def test_overrides_apply_over_the_configured_policy() -> None:
+    """Strings as stored in Redis become a validated policy; untouched fields stay."""
+    policy = apply_overrides(
+        CUSTOMS, {"mode": "frozen", "max_rate": "8", "suspension_prone": "false"}
+    )
+
+    assert policy.mode == "frozen"
+    assert policy.rate is not None
+    assert (policy.rate.min_rate, policy.rate.max_rate) == (1.0, 8.0)
+    assert policy.rate.suspension_prone is False
+    assert apply_overrides(CUSTOMS, {}) == CUSTOMS
+
+
+def test_a_concurrency_override_creates_the_concurrency_part() -> None:
+    """Turning a limit on for a downstream configured for rate only gives the defaults
+    with the operator's bounds."""
+    policy = apply_overrides(CUSTOMS, {"max_concurrency": "12"})
+
+    assert policy.concurrency is not None
+    assert policy.concurrency.max_concurrency == 12
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"mode": "sometimes"},
+        {"min_rate": "100"},  # above max_rate 50
+        {"max_rate": "fast"},
+        {"suspension_prone": "maybe"},
+        {"min_concurrency": "2.5"},
+        {"burst": "3"},  # not overridable here
+    ],
+)
+def test_invalid_overrides_are_configuration_errors(overrides: dict[str, str]) -> None:
+    """The merged policy is validated as a whole; unknown fields are refused."""
+    with pytest.raises(ConfigurationError):
+        apply_overrides(CUSTOMS, overrides)
+
+
+def test_an_operator_freeze_reaches_the_elected_controller(
+    controllers: Any, store: AdaptiveStore
+) -> None:
+    """A leads; the operator freezes through another worker; A's next 429 changes
+    nothing; after the reset A cuts again."""
+    a, operator = controllers(), controllers()
+    a.tick(RateWindow())
+    operator.configure(mode="frozen")
+
+    frozen = a.tick(RateWindow(throttled=3))
+    operator.reset_overrides()
+    thawed = a.tick(RateWindow(throttled=3))
+
+    assert frozen is not None
+    assert frozen.rate is not None
+    assert frozen.rate.reason == "frozen"
+    assert thawed is not None
+    assert thawed.rate is not None
+    assert thawed.rate.reason == "throttled"
+    assert store.read_overrides(a.keys) == {}
+
+
+def test_switching_off_resigns_the_controller(controllers: Any) -> None:
+    """mode=off: the leader resigns on its next tick and nobody is elected."""
+    a, b = controllers(), controllers()
+    a.tick(RateWindow())
+    with capture_logs() as logs:
+        b.configure(mode="off")
+        assert a.tick(RateWindow(throttled=1)) is None
+        assert b.tick(RateWindow(throttled=1)) is None
+
+    assert not a.leader
+    assert not b.leader
+    assert [e["event"] for e in logs] == [
+        "adaptive_policy_overridden",
+        "adaptive_controller_lost",
+    ]
+
+
+def test_an_invalid_configure_writes_nothing(controllers: Any, store: AdaptiveStore) -> None:
+    """max_rate below the floor: refused, and the earlier override stays as it was."""
+    a = controllers()
+    a.configure(max_rate=20)
+    with pytest.raises(ConfigurationError):
+        a.configure(max_rate=0.5, mode="frozen")
+
+    assert store.read_overrides(a.keys) == {"max_rate": "20"}
+    assert a.effective_policy().mode == "on"
+
+
+def test_a_hand_edited_override_is_logged_and_ignored(
+    controllers: Any, store: AdaptiveStore
+) -> None:
+    """Written past the validation (by hand): the configured policy is used."""
+    a = controllers()
+    store.write_overrides(a.keys, {"min_rate": "lots"})
+    with capture_logs() as logs:
+        policy = a.effective_policy()
+
+    assert policy == CUSTOMS
+    assert [e["event"] for e in logs] == ["adaptive_overrides_invalid"]

@@ -36,10 +36,12 @@ from tidegate.flow.adaptive._controller import (
 )
 from tidegate.flow.adaptive._hint import HintSource, RateLimitHint
 from tidegate.flow.adaptive._policy import (
+    OVERRIDABLE,
     AdaptivePolicy,
     ConcurrencyPolicy,
     Mode,
     RatePolicy,
+    apply_overrides,
 )
 from tidegate.flow.adaptive._rate import (
     RateDecision,
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_HISTORY_MAX",
     "DEFAULT_LEASE_TTL_S",
+    "OVERRIDABLE",
     "AdaptiveController",
     "AdaptiveKeys",
     "AdaptivePolicy",
@@ -84,6 +87,7 @@ __all__ = [
     "RateState",
     "RateWindow",
     "RedisAdaptiveStore",
+    "apply_overrides",
     "decide_concurrency",
     "decide_rate",
     "initial_concurrency_state",

@@ -28,7 +28,7 @@ from tidegate.flow.adaptive._concurrency import (
     decide_concurrency,
     initial_concurrency_state,
 )
-from tidegate.flow.adaptive._policy import AdaptivePolicy
+from tidegate.flow.adaptive._policy import OVERRIDABLE, AdaptivePolicy, apply_overrides
 from tidegate.flow.adaptive._rate import (
     RateDecision,
     RateWindow,
@@ -54,6 +54,11 @@ log = get_logger("tidegate.adaptive")
 DEFAULT_LEASE_TTL_S = 10.0
 
 
+def _stored(value: object) -> str:
+    """An override as kept in the store: booleans as ``true``/``false``."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -72,7 +77,8 @@ class AdaptiveController:
     Args:
         store: where the fleet's learned state lives (Redis, or memory).
         name: the downstream (``customs``, ``tos``…).
-        policy: the operator's box and mode.
+        policy: the configured box and mode; an operator's live overrides in the store
+            (:meth:`configure`) take precedence, on every worker, from the next tick.
         prefix: tidegate's key prefix.
         holder: this worker's id in the election; unique by default.
         lease_ttl_s: how long the lease outlives a tick (> 0).
@@ -125,7 +131,8 @@ class AdaptiveController:
         Raises:
             BackendUnavailable: the store is unreachable (nothing is decided).
         """
-        if self.policy.mode == "off":
+        policy = self.effective_policy()
+        if policy.mode == "off":
             self.stop()
             return None
         if not self._elect():
@@ -133,16 +140,14 @@ class AdaptiveController:
         now = self.store.now_ms()
         rate_decision = concurrency_decision = None
         record = self._record
-        if self.policy.rate is not None and rate is not None:
-            state = initial_rate_state(self.policy.rate, record.rate)
-            rate_decision = decide_rate(
-                state, rate, self.policy.rate, now_ms=now, mode=self.policy.mode
-            )
+        if policy.rate is not None and rate is not None:
+            state = initial_rate_state(policy.rate, record.rate)
+            rate_decision = decide_rate(state, rate, policy.rate, now_ms=now, mode=policy.mode)
             record = replace(record, rate=rate_decision.state)
-        if self.policy.concurrency is not None and latency is not None:
-            cstate = initial_concurrency_state(self.policy.concurrency, record.concurrency)
+        if policy.concurrency is not None and latency is not None:
+            cstate = initial_concurrency_state(policy.concurrency, record.concurrency)
             concurrency_decision = decide_concurrency(
-                cstate, latency, self.policy.concurrency, now_ms=now, mode=self.policy.mode
+                cstate, latency, policy.concurrency, now_ms=now, mode=policy.mode
             )
             record = replace(record, concurrency=concurrency_decision.state)
         events = self._events(rate_decision, concurrency_decision, now)
@@ -160,6 +165,47 @@ class AdaptiveController:
         for event, fields in events:
             log.warning(event, downstream=self.name, **fields)
         return ControllerTick(rate_decision, concurrency_decision)
+
+    def effective_policy(self) -> AdaptivePolicy:
+        """The configured policy with the operator's live overrides applied.
+
+        Overrides are validated when written; one that is unreadable anyway (edited by
+        hand) is logged and ignored, and the configured policy is used.
+        """
+        overrides = self.store.read_overrides(self.keys)
+        if not overrides:
+            return self.policy
+        try:
+            return apply_overrides(self.policy, overrides)
+        except ConfigurationError as exc:
+            log.error("adaptive_overrides_invalid", downstream=self.name, error=str(exc)[:200])
+            return self.policy
+
+    def configure(self, **values: object) -> AdaptivePolicy:
+        """Override the policy fleet-wide (``mode="frozen"``, ``max_rate=8``…).
+
+        The values are merged with the overrides already in force and validated as a
+        whole against the configured policy before anything is written.
+
+        Raises:
+            ConfigurationError: an unknown field or an invalid result; nothing written.
+        """
+        merged = {**self.store.read_overrides(self.keys), **values}
+        policy = apply_overrides(self.policy, merged)
+        stored = {name: _stored(value) for name, value in values.items()}
+        self.store.write_overrides(self.keys, stored)
+        log.warning("adaptive_policy_overridden", downstream=self.name, **stored)
+        return policy
+
+    def reset_overrides(self, *names: str) -> AdaptivePolicy:
+        """Drop the named overrides (all when none is named); the configured values return."""
+        unknown = sorted(set(names) - set(OVERRIDABLE))
+        if unknown:
+            raise ConfigurationError(f"cannot reset {unknown}; allowed: {sorted(OVERRIDABLE)}")
+        cleared = list(names or OVERRIDABLE)
+        self.store.write_overrides(self.keys, {}, clear=cleared)
+        log.warning("adaptive_policy_reset", downstream=self.name, fields=sorted(cleared))
+        return self.effective_policy()
 
     def stop(self) -> None:
         """Give the lease up, so another worker takes over at the next tick."""

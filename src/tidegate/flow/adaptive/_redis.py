@@ -101,3 +101,19 @@ class RedisAdaptiveStore:
         with map_redis_errors("adaptive history"):
             raw = self.client.lrange(keys.history, 0, limit - 1)
         return [decode_event(entry) for entry in raw]
+
+    def read_overrides(self, keys: AdaptiveKeys) -> dict[str, str]:
+        with map_redis_errors("adaptive overrides read"):
+            raw = self.client.hgetall(keys.policy)
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    def write_overrides(
+        self, keys: AdaptiveKeys, values: Mapping[str, str], *, clear: Sequence[str] = ()
+    ) -> None:
+        with map_redis_errors("adaptive overrides write"):
+            pipe = self.client.pipeline(transaction=True)
+            if clear:
+                pipe.hdel(keys.policy, *clear)
+            if values:
+                pipe.hset(keys.policy, mapping={k: str(v) for k, v in values.items()})
+            pipe.execute()

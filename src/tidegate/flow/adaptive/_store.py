@@ -52,13 +52,15 @@ class AdaptiveKeys:
     """Every key of one downstream's controller, built in one place.
 
     The name is a ``{hash tag}`` so the lease, state and history share a Redis Cluster
-    slot: the fenced write touches all three in one script.
+    slot: the fenced write touches all three in one script. ``policy`` holds the
+    operator's live overrides.
     """
 
     name: str
     lease: str
     state: str
     history: str
+    policy: str
 
     @classmethod
     def build(cls, name: str, *, prefix: str = DEFAULT_PREFIX) -> AdaptiveKeys:
@@ -66,7 +68,7 @@ class AdaptiveKeys:
         if not name or any(c in name for c in "{}") or name != name.strip():
             raise ConfigurationError(f"invalid downstream name {name!r}")
         base = f"{prefix}:adaptive:{{{name}}}"
-        return cls(name, f"{base}:lease", f"{base}:state", f"{base}:history")
+        return cls(name, f"{base}:lease", f"{base}:state", f"{base}:history", f"{base}:policy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,16 @@ class AdaptiveStore(Protocol):
         """The latest ``limit`` decision events, newest first."""
         ...
 
+    def read_overrides(self, keys: AdaptiveKeys) -> dict[str, str]:
+        """The operator's live overrides, as stored (strings)."""
+        ...
+
+    def write_overrides(
+        self, keys: AdaptiveKeys, values: Mapping[str, str], *, clear: Sequence[str] = ()
+    ) -> None:
+        """Set ``values`` and remove ``clear`` in one atomic step (validate first)."""
+        ...
+
 
 @dataclass
 class _Lease:
@@ -195,6 +207,7 @@ class MemoryAdaptiveStore:
         self._leases: dict[str, _Lease] = {}
         self._states: dict[str, dict[str, str]] = {}
         self._history: dict[str, collections.deque[str]] = {}
+        self._overrides: dict[str, dict[str, str]] = {}
 
     def now_ms(self) -> float:
         return self._now()
@@ -252,3 +265,16 @@ class MemoryAdaptiveStore:
         with self._lock:
             raw = list(self._history.get(keys.history, ()))[: max(0, limit)]
         return [decode_event(entry) for entry in raw]
+
+    def read_overrides(self, keys: AdaptiveKeys) -> dict[str, str]:
+        with self._lock:
+            return dict(self._overrides.get(keys.policy, {}))
+
+    def write_overrides(
+        self, keys: AdaptiveKeys, values: Mapping[str, str], *, clear: Sequence[str] = ()
+    ) -> None:
+        with self._lock:
+            current = self._overrides.setdefault(keys.policy, {})
+            for name in clear:
+                current.pop(name, None)
+            current.update({name: str(value) for name, value in values.items()})
