@@ -105,15 +105,21 @@ def test_the_rate_never_leaves_the_operators_box(
 def test_a_suspension_prone_downstream_is_never_sent_above_its_ceiling(
     policy: RatePolicy, steps: list[tuple[float, RateWindow]]
 ) -> None:
-    """Once a 429 was seen: rate <= ceiling, and within the quiet period after the 429
-    the rate stays at most ``margin ×`` the rate the 429 appeared at (or the floor)."""
+    """Once a 429 was seen: rate <= ceiling, and within the quiet period after a 429 the
+    rate stays at most ``margin ×`` the rate at which the 429 that set the ceiling
+    appeared (or the floor); echoes within settle_s keep that ceiling."""
     prone = RatePolicy(**{**_fields(policy), "suspension_prone": True})
     bound, throttled_at = math.inf, None
     for decision in run(prone, steps):
         state, window_throttled = decision.state, decision.reason == "throttled"
         if window_throttled:
             assert state.ceiling is not None
-            bound = max(prone.min_rate, decision.previous.rate * prone.ceiling_margin)
+            if state.ceiling_set_ms == state.updated_ms:  # this 429 set the ceiling
+                bound = max(prone.min_rate, decision.previous.rate * prone.ceiling_margin)
+            else:  # an echo: within settle_s of the one that did, the ceiling stays
+                assert state.ceiling == decision.previous.ceiling
+                assert state.ceiling_set_ms is not None
+                assert state.updated_ms - state.ceiling_set_ms < prone.settle_s * 1000
             throttled_at = state.updated_ms
         if state.ceiling is not None:
             assert state.rate <= state.ceiling + 1e-9
@@ -214,12 +220,35 @@ def test_a_429_cuts_and_sets_the_ceiling_just_below_it() -> None:
 
 
 def test_a_429_counts_at_the_rate_actually_sent() -> None:
-    """The gate allowed 10/s but the fleet sent 4/s: the 429 happened at 4/s."""
+    """The gate allowed 10/s but demand sent only 4/s: the 429 happened at 4/s."""
     window = RateWindow(throttled=1, sent_rate=4.0)
     decision = decide_rate(RateState(rate=10.0), window, PRONE, now_ms=T0)
 
     assert decision.state.rate == pytest.approx(2.8)
     assert decision.state.ceiling == pytest.approx(3.6)
+
+
+def test_a_saturated_window_counts_the_429_at_the_gates_rate() -> None:
+    """The gate held calls back at 10/s; the 429's pause cut the window's measured rate
+    to 2/s: the 429 still happened at 10/s (ceiling 9, not 1.8)."""
+    window = RateWindow(throttled=1, saturated=True, sent_rate=2.0)
+    decision = decide_rate(RateState(rate=10.0), window, PRONE, now_ms=T0)
+
+    assert decision.state.rate == pytest.approx(7.0)
+    assert decision.state.ceiling == pytest.approx(9.0)
+
+
+def test_an_echo_within_settle_s_cuts_the_rate_but_keeps_the_ceiling() -> None:
+    """429 at 10/s → ceiling 9, rate 7; another 429 1 s later (a slot reserved at the
+    old spacing) → rate 4.9, ceiling still 9; one 3 s later is news → ceiling 6.3."""
+    first = decide_rate(RateState(rate=10.0), RateWindow(throttled=1), PRONE, now_ms=T0)
+    echo = decide_rate(first.state, RateWindow(throttled=1), PRONE, now_ms=T0 + 1_000)
+    news = decide_rate(first.state, RateWindow(throttled=1), PRONE, now_ms=T0 + 3_000)
+
+    assert (echo.state.rate, echo.state.ceiling) == (pytest.approx(4.9), pytest.approx(9.0))
+    assert echo.state.ceiling_set_ms == T0
+    assert (news.state.rate, news.state.ceiling) == (pytest.approx(4.9), pytest.approx(6.3))
+    assert news.state.ceiling_set_ms == T0 + 3_000
 
 
 def test_a_503_cuts_without_moving_the_ceiling() -> None:
@@ -360,7 +389,9 @@ def test_the_event_has_stable_keys() -> None:
 
 def test_the_state_round_trips_through_plain_data() -> None:
     """as_dict → from_dict is the identity; garbage is a ConfigurationError."""
-    state = RateState(rate=4.5, ceiling=6.0, last_rejection_ms=T0, updated_ms=T0 + 1)
+    state = RateState(
+        rate=4.5, ceiling=6.0, ceiling_set_ms=T0, last_rejection_ms=T0, updated_ms=T0 + 1
+    )
 
     assert RateState.from_dict(state.as_dict()) == state
     with pytest.raises(ConfigurationError):
@@ -383,6 +414,7 @@ def test_the_state_round_trips_through_plain_data() -> None:
         {"decrease_factor": 0},
         {"ceiling_margin": 1.0},
         {"quiet_s": 0},
+        {"settle_s": -1},
         {"reprobe_factor": 1.0},
         {"reprobe_factor": 3.0},
         {"headroom": 1.5},
@@ -470,7 +502,7 @@ def test_scenario_learns_capacity_rides_out_maintenance_and_recovers() -> None:
     assert min(trace.rates[100:300]) >= 6.0  # and no needless collapse
     assert during
     assert during[0] == 300
-    assert all(rate <= 4.0 for rate in trace.rates[310:360])  # settled under the dip
+    assert all(rate <= 4.0 for rate in trace.rates[315:360])  # settled under the dip
     assert len(during) <= 6
     assert len(after) <= (1_200 - 360) // 60  # one 429 per quiet period at most
     assert trace.rates[-1] >= 7.0  # recovered well above the dip's 4/s

@@ -79,6 +79,13 @@ class RatePolicy:
         suspension_prone: the downstream suspends senders after repeated 429s; the
             controller then keeps a ceiling just below the last 429's rate.
         ceiling_margin: the ceiling is the 429's rate times this (0 < m < 1).
+        settle_s: a 429 this soon after the 429 that set the ceiling is an echo of
+            the rate before the cut (a slot reserved at the old spacing, a call already
+            on the wire): it cuts the rate again but leaves the ceiling, seconds (> 0).
+        recover_s: seconds after a rejection before the rate grows again (>= 0). The
+            cuts that follow a capacity drop overshoot in either direction; growing
+            straight back draws the next 429 while the downstream still counts the
+            last ones, which is how a gateway's "repeated 429s" rule is met.
         quiet_s: seconds without a rejection before the ceiling is raised (> 0); at
             most one raise per ``quiet_s``.
         reprobe_factor: how much one raise lifts the ceiling (1 < r <= 2).
@@ -100,6 +107,8 @@ class RatePolicy:
     decrease_factor: float = DEFAULT_DECREASE_FACTOR
     suspension_prone: bool = False
     ceiling_margin: float = DEFAULT_CEILING_MARGIN
+    settle_s: float = 2.0
+    recover_s: float = 10.0
     quiet_s: float = DEFAULT_QUIET_S
     reprobe_factor: float = 1.1
     headroom: float = DEFAULT_HEADROOM
@@ -133,6 +142,16 @@ class RatePolicy:
         if self.ceiling_margin >= 1:
             raise ConfigurationError(
                 f"ceiling_margin must be < 1 (below the 429), got {self.ceiling_margin!r}"
+            )
+        _finite("settle_s", self.settle_s, low=0.0)
+        if not (
+            isinstance(self.recover_s, int | float)
+            and not isinstance(self.recover_s, bool)
+            and math.isfinite(self.recover_s)
+            and self.recover_s >= 0
+        ):
+            raise ConfigurationError(
+                f"recover_s must be a finite number >= 0, got {self.recover_s!r}"
             )
         _finite("quiet_s", self.quiet_s, low=0.0)
         _finite("reprobe_factor", self.reprobe_factor, low=1.0, high=2.0)

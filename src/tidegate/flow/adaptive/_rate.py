@@ -18,7 +18,9 @@ it with an injected clock.
 Guarantees, for any sequence of windows (property-tested):
 
 * ``min_rate <= rate <= max_rate``;
-* for a suspension-prone downstream, once a 429 was seen, ``rate <= ceiling``;
+* for a suspension-prone downstream, once a 429 was seen, ``rate <= ceiling``, and
+  the ceiling is ``ceiling_margin ×`` the rate of the 429 that set it (later 429s
+  within ``settle_s`` are echoes of the rate before the cut and only cut the rate);
 * under a storm of 429s the rate never rises, and falls to the floor.
 """
 
@@ -48,6 +50,7 @@ RateReason: TypeAlias = Literal[
     "advertised",  # rate-limit headers: straight to the advertised rate
     "advertised_exhausted",  # the headers say nothing is left: wait for the reset
     "increase",  # saturated and succeeding: additive increase
+    "recovering",  # saturated, but a rejection is too recent to grow again
     "reprobe",  # at the ceiling after a quiet period: the ceiling is raised a little
     "at_ceiling",  # saturated, at the ceiling, still inside the quiet period
     "at_max",  # saturated at the operator's maximum
@@ -73,8 +76,11 @@ class RateWindow:
         unavailable: calls answered 503 (or refused, timed out).
         saturated: the gate held calls back (refused or delayed an admission): demand
             exceeded the live rate, so a higher rate would have been used.
-        sent_rate: calls per second actually sent in the window, if measured; a
-            rejection then counts at this rate when it is below the live rate.
+        sent_rate: calls per second actually sent in the window, if measured. In an
+            unsaturated window demand set the pace, so a rejection counts at this rate
+            when it is below the live rate. In a saturated one the gate set it, and
+            the measured rate is deflated by the pause that follows a 429 (the window
+            sent at the live rate until the 429, then nothing): it is not used.
         hint: the latest rate-limit headers, if the downstream sends any.
     """
 
@@ -104,6 +110,7 @@ class RateState:
     Args:
         rate: the live rate, calls per second.
         ceiling: the hard cap learned from the last 429 (suspension-prone only).
+        ceiling_set_ms: when a 429 last set the ceiling (its echoes do not move it).
         last_rejection_ms: when the last 429 or 503 was seen, ms on the fleet clock.
         last_reprobe_ms: when the ceiling was last raised.
         updated_ms: when the last decision was made.
@@ -111,6 +118,7 @@ class RateState:
 
     rate: float
     ceiling: float | None = None
+    ceiling_set_ms: float | None = None
     last_rejection_ms: float | None = None
     last_reprobe_ms: float | None = None
     updated_ms: float | None = None
@@ -128,6 +136,7 @@ class RateState:
         return {
             "rate": self.rate,
             "ceiling": self.ceiling,
+            "ceiling_set_ms": self.ceiling_set_ms,
             "last_rejection_ms": self.last_rejection_ms,
             "last_reprobe_ms": self.last_reprobe_ms,
             "updated_ms": self.updated_ms,
@@ -140,6 +149,7 @@ class RateState:
             return cls(
                 rate=float(data["rate"]),
                 ceiling=_opt_float(data.get("ceiling")),
+                ceiling_set_ms=_opt_float(data.get("ceiling_set_ms")),
                 last_rejection_ms=_opt_float(data.get("last_rejection_ms")),
                 last_reprobe_ms=_opt_float(data.get("last_reprobe_ms")),
                 updated_ms=_opt_float(data.get("updated_ms")),
@@ -240,8 +250,9 @@ def decide_rate(
         mode: ``on`` decides; ``frozen`` and ``off`` keep the state as it is.
 
     The rules, first match wins: a 429 or 503 cuts; rate-limit headers set the rate;
-    saturated success grows it (below the ceiling additively, at the ceiling by a
-    re-probe once per quiet period); anything else holds.
+    saturated success grows it once ``recover_s`` has passed since the last rejection
+    (below the ceiling additively, at the ceiling by a re-probe once per quiet
+    period); anything else holds.
 
     Example::
 
@@ -267,6 +278,9 @@ def decide_rate(
         return _decision(state, new, ceiling, "policy", now_ms)
     if not (window.saturated and window.successes > 0):
         return _decision(state, state.rate, ceiling, "not_saturated", now_ms)
+    recent = state.last_rejection_ms
+    if recent is not None and now_ms - recent < policy.recover_s * 1000.0:
+        return _decision(state, state.rate, ceiling, "recovering", now_ms)
     if state.rate < top:
         new = min(top, state.rate + policy.increase_per_s * elapsed_s)
         return _decision(state, new, ceiling, "increase", now_ms)
@@ -290,15 +304,22 @@ def _decision(
 def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float) -> RateDecision:
     """Multiplicative decrease from the rate the rejection happened at."""
     base = state.rate
-    if window.sent_rate is not None and window.sent_rate > 0:
+    if window.sent_rate is not None and window.sent_rate > 0 and not window.saturated:
         base = min(base, window.sent_rate)
     ceiling = state.ceiling if policy.suspension_prone else None
-    if window.throttled and policy.suspension_prone:
-        ceiling = max(policy.min_rate, base * policy.ceiling_margin)
+    ceiling_set = state.ceiling_set_ms
+    echo = (
+        ceiling is not None
+        and ceiling_set is not None
+        and now_ms - ceiling_set < policy.settle_s * 1000.0
+    )
+    if window.throttled and policy.suspension_prone and not echo:
+        ceiling, ceiling_set = max(policy.min_rate, base * policy.ceiling_margin), now_ms
     new = _clamp(min(state.rate, base * policy.decrease_factor), policy, ceiling)
     reason: RateReason = "throttled" if window.throttled else "unavailable"
     decided = _decision(state, new, ceiling, reason, now_ms)
-    return replace(decided, state=replace(decided.state, last_rejection_ms=now_ms))
+    stamped = replace(decided.state, last_rejection_ms=now_ms, ceiling_set_ms=ceiling_set)
+    return replace(decided, state=stamped)
 
 
 def _advertised(
