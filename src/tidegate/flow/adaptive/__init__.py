@@ -14,7 +14,9 @@ with its reason comes out:
 What they learn is kept behind :class:`AdaptiveStore` — :class:`RedisAdaptiveStore` for
 the fleet (imported lazily), :class:`MemoryAdaptiveStore` for one process — and written
 only by the worker elected by a lease: :class:`AdaptiveController` runs the election,
-the maths, the fenced write and one JSON event per change.
+the maths, the fenced write and one JSON event per change. Every worker reports its
+calls into a fleet-wide window; the elected one drains it each tick and applies the
+result to the downstream's :class:`~tidegate.flow.Gate` (:func:`apply_tick`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,14 @@ from tidegate.flow.adaptive._concurrency import (
 )
 from tidegate.flow.adaptive._controller import (
     DEFAULT_LEASE_TTL_S,
+    PAUSE_REASON_QUOTA,
     AdaptiveController,
     ControllerTick,
+    apply_tick,
+    gate_saturated,
 )
 from tidegate.flow.adaptive._hint import HintSource, RateLimitHint
+from tidegate.flow.adaptive._observe import CallOutcome, Observations, windows
 from tidegate.flow.adaptive._policy import (
     OVERRIDABLE,
     AdaptivePolicy,
@@ -66,11 +72,13 @@ __all__ = [
     "DEFAULT_HISTORY_MAX",
     "DEFAULT_LEASE_TTL_S",
     "OVERRIDABLE",
+    "PAUSE_REASON_QUOTA",
     "AdaptiveController",
     "AdaptiveKeys",
     "AdaptivePolicy",
     "AdaptiveRecord",
     "AdaptiveStore",
+    "CallOutcome",
     "ConcurrencyDecision",
     "ConcurrencyPolicy",
     "ConcurrencyReason",
@@ -80,6 +88,7 @@ __all__ = [
     "LatencyWindow",
     "MemoryAdaptiveStore",
     "Mode",
+    "Observations",
     "RateDecision",
     "RateLimitHint",
     "RatePolicy",
@@ -88,10 +97,13 @@ __all__ = [
     "RateWindow",
     "RedisAdaptiveStore",
     "apply_overrides",
+    "apply_tick",
     "decide_concurrency",
     "decide_rate",
+    "gate_saturated",
     "initial_concurrency_state",
     "initial_rate_state",
+    "windows",
 ]
 
 

@@ -7,9 +7,14 @@ runs the pure maths, writes the new state fenced by its lease, and logs one JSON
 per change with its reason. The others return at once; when the holder dies, the
 next tick after its lease expires elects another, which picks up the stored state.
 
-The tick returns the decisions; applying them to the gate (the live rate, a pause on
-an exhausted quota, the lease count) is the caller's job, so this stays testable on
-the memory store and knows nothing about the gate.
+:meth:`~AdaptiveController.tick` takes the windows as arguments (the maths' test
+seam). :meth:`~AdaptiveController.run_once` is the live loop's step: every worker
+reports each call with :meth:`~AdaptiveController.report`; the elected controller
+drains the fleet's window, decides, and applies the result to the downstream's
+:class:`~tidegate.flow.Gate` — the live rate and lease count through
+``Gate.configure``, an exhausted quota through ``Gate.pause``. While the mode is
+``on`` the controller owns those two values: an operator who wants them by hand sets
+the mode to ``frozen`` or ``off`` first.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from tidegate.flow.adaptive._concurrency import (
     decide_concurrency,
     initial_concurrency_state,
 )
+from tidegate.flow.adaptive._hint import RateLimitHint
+from tidegate.flow.adaptive._observe import CallOutcome, windows
 from tidegate.flow.adaptive._policy import OVERRIDABLE, AdaptivePolicy, apply_overrides
 from tidegate.flow.adaptive._rate import (
     RateDecision,
@@ -43,15 +50,58 @@ from tidegate.flow.adaptive._store import (
     check_history_max,
 )
 from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.flow.gate import Gate
 from tidegate.logging import get_logger
 
-__all__ = ["DEFAULT_LEASE_TTL_S", "AdaptiveController", "ControllerTick"]
+__all__ = [
+    "DEFAULT_LEASE_TTL_S",
+    "PAUSE_REASON_QUOTA",
+    "AdaptiveController",
+    "ControllerTick",
+    "apply_tick",
+    "gate_saturated",
+]
 
 log = get_logger("tidegate.adaptive")
 
 #: How long the controller's lease outlives its last tick, seconds: a few ticks, so
 #: one slow tick does not hand the controller over, a dead holder is replaced quickly.
 DEFAULT_LEASE_TTL_S = 10.0
+
+
+#: The ``reason`` of a gate pause for a quota the downstream says is used up.
+PAUSE_REASON_QUOTA = "rate_limit_exhausted"
+
+
+def gate_saturated(gate: Gate) -> bool:
+    """Whether a call arriving at ``gate`` now would wait: tokens reserved ahead of now
+    beyond the burst, or every lease held. Demand is above the live limits."""
+    state = gate.state()
+    snap = gate.backend.snapshot(gate.limit.keys)
+    policy = state.policy
+    interval_ms = 1000.0 / policy.rate
+    horizon_ms = (snap.tat_ms or snap.now_ms) - snap.now_ms
+    waiting = horizon_ms - (policy.burst - 1) * interval_ms > 0
+    full = policy.concurrency > 0 and state.leases_held >= policy.concurrency
+    return waiting or full
+
+
+def apply_tick(gate: Gate, tick: ControllerTick) -> None:
+    """Make the gate say what the controller decided (a no-op where it already does).
+
+    Compared with the gate's live values rather than with the previous decision, so a
+    gate retuned by hand, or an apply that failed last tick, converges on the next.
+    """
+    live = gate.state().policy
+    changes: dict[str, Any] = {}
+    if tick.rate is not None and tick.rate.state.rate != live.rate:
+        changes["rate"] = tick.rate.state.rate
+    if tick.concurrency is not None and tick.concurrency.state.concurrency != live.concurrency:
+        changes["concurrency"] = tick.concurrency.state.concurrency
+    if changes:
+        gate.configure(**changes)
+    if tick.rate is not None and tick.rate.pause_s:
+        gate.pause(tick.rate.pause_s, PAUSE_REASON_QUOTA)
 
 
 def _stored(value: object) -> str:
@@ -108,6 +158,7 @@ class AdaptiveController:
         self.history_max = check_history_max(history_max)
         self.leader = False
         self._record = AdaptiveRecord()
+        self._drained_ms: float | None = None
 
     @property
     def name(self) -> str:
@@ -131,13 +182,71 @@ class AdaptiveController:
         Raises:
             BackendUnavailable: the store is unreachable (nothing is decided).
         """
+        policy = self._lead()
+        if policy is None:
+            return None
+        return self._decide(policy, self.store.now_ms(), rate, latency)
+
+    def run_once(self, gate: Gate | None = None) -> ControllerTick | None:
+        """One step of the live loop: drain the fleet's reports, decide, apply to ``gate``.
+
+        Only the elected worker drains (the others leave the window to it) and applies.
+
+        Returns:
+            The decisions, or ``None`` where :meth:`tick` would return ``None``.
+        """
+        policy = self._lead()
+        if policy is None:
+            return None
+        now = self.store.now_ms()
+        observed = self.store.drain(self.keys)
+        elapsed = None if self._drained_ms is None else (now - self._drained_ms) / 1000.0
+        self._drained_ms = now
+        saturated = gate is not None and gate_saturated(gate)
+        rate, latency = windows(observed, elapsed_s=elapsed, saturated=saturated)
+        tick = self._decide(policy, now, rate, latency)
+        if tick is not None and gate is not None:
+            apply_tick(gate, tick)
+        return tick
+
+    def report(
+        self,
+        outcome: CallOutcome,
+        *,
+        latency_ms: float | None = None,
+        in_flight: int = 0,
+        held: bool = False,
+        hint: RateLimitHint | None = None,
+    ) -> None:
+        """Report one downstream call into the fleet's window (every worker, every call).
+
+        Args:
+            outcome: ``ok``, ``throttled`` (429) or ``unavailable`` (503, refused,
+                timed out).
+            latency_ms: how long the call took, for an answered call.
+            in_flight: leases held while it ran (the gate's ``leases_held``).
+            held: the gate made this call wait for admission.
+            hint: the answer's rate-limit headers (``parse_rate_limit_headers``).
+        """
+        self.store.observe(
+            self.keys, outcome, latency_ms=latency_ms, in_flight=in_flight, held=held, hint=hint
+        )
+
+    def _lead(self) -> AdaptivePolicy | None:
+        """The policy for this tick if this worker is the controller, else ``None``."""
         policy = self.effective_policy()
         if policy.mode == "off":
             self.stop()
             return None
-        if not self._elect():
-            return None
-        now = self.store.now_ms()
+        return policy if self._elect() else None
+
+    def _decide(
+        self,
+        policy: AdaptivePolicy,
+        now: float,
+        rate: RateWindow | None,
+        latency: LatencyWindow | None,
+    ) -> ControllerTick | None:
         rate_decision = concurrency_decision = None
         record = self._record
         if policy.rate is not None and rate is not None:
@@ -240,6 +349,7 @@ class AdaptiveController:
 
     def _lost(self, reason: str) -> None:
         self.leader = False
+        self._drained_ms = None
         log.warning(
             "adaptive_controller_lost", downstream=self.name, holder=self.holder, reason=reason
         )

@@ -14,8 +14,17 @@ from typing import Any
 import redis
 
 from tidegate._redis import lua_script, map_redis_errors
+from tidegate.flow.adaptive._hint import RateLimitHint
+from tidegate.flow.adaptive._observe import (
+    CallOutcome,
+    Observations,
+    check_report,
+    encode_hint,
+    observations_from_fields,
+)
 from tidegate.flow.adaptive._store import (
     DEFAULT_HISTORY_MAX,
+    OBS_TTL_MS,
     AdaptiveKeys,
     AdaptiveRecord,
     check_history_max,
@@ -50,6 +59,8 @@ class RedisAdaptiveStore:
         self.clock = clock
         self._lease = client.register_script(lua_script("adaptive_lease", _PACKAGE))
         self._save = client.register_script(lua_script("adaptive_save", _PACKAGE))
+        self._observe = client.register_script(lua_script("adaptive_observe", _PACKAGE))
+        self._drain = client.register_script(lua_script("adaptive_drain", _PACKAGE))
 
     def _now_arg(self) -> str:
         return "" if self.clock is None else repr(self.clock.now_ms())
@@ -117,3 +128,31 @@ class RedisAdaptiveStore:
             if values:
                 pipe.hset(keys.policy, mapping={k: str(v) for k, v in values.items()})
             pipe.execute()
+
+    def observe(
+        self,
+        keys: AdaptiveKeys,
+        outcome: CallOutcome,
+        *,
+        latency_ms: float | None = None,
+        in_flight: int = 0,
+        held: bool = False,
+        hint: RateLimitHint | None = None,
+    ) -> None:
+        check_report(outcome, latency_ms, in_flight)
+        args: list[str | int] = [
+            outcome,
+            "" if latency_ms is None else repr(float(latency_ms)),
+            in_flight,
+            "1" if held else "0",
+            encode_hint(hint),
+            OBS_TTL_MS,
+        ]
+        with map_redis_errors("adaptive observe"):
+            self._observe([keys.obs], args)
+
+    def drain(self, keys: AdaptiveKeys) -> Observations:
+        with map_redis_errors("adaptive drain"):
+            flat = self._drain([keys.obs])
+        fields = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+        return observations_from_fields(fields)

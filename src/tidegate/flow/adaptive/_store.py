@@ -24,12 +24,21 @@ from typing import Any, Protocol, runtime_checkable
 
 from tidegate.errors import BackendError, ConfigurationError
 from tidegate.flow.adaptive._concurrency import ConcurrencyState
+from tidegate.flow.adaptive._hint import RateLimitHint
+from tidegate.flow.adaptive._observe import (
+    CallOutcome,
+    Observations,
+    check_report,
+    encode_hint,
+    observations_from_fields,
+)
 from tidegate.flow.adaptive._rate import RateState
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.flow.backends.memory import ManualClock
 
 __all__ = [
     "DEFAULT_HISTORY_MAX",
+    "OBS_TTL_MS",
     "AdaptiveKeys",
     "AdaptiveRecord",
     "AdaptiveStore",
@@ -42,6 +51,9 @@ __all__ = [
     "encode_record",
 ]
 
+#: An observation window nobody drains (no controller running) expires after this, ms.
+OBS_TTL_MS = 600_000
+
 #: Decision events kept per downstream: about an hour of changes at one a second,
 #: enough to explain an incident, small enough that nobody has to trim it.
 DEFAULT_HISTORY_MAX = 1_000
@@ -53,7 +65,7 @@ class AdaptiveKeys:
 
     The name is a ``{hash tag}`` so the lease, state and history share a Redis Cluster
     slot: the fenced write touches all three in one script. ``policy`` holds the
-    operator's live overrides.
+    operator's live overrides, ``obs`` the current observation window.
     """
 
     name: str
@@ -61,6 +73,7 @@ class AdaptiveKeys:
     state: str
     history: str
     policy: str
+    obs: str
 
     @classmethod
     def build(cls, name: str, *, prefix: str = DEFAULT_PREFIX) -> AdaptiveKeys:
@@ -68,7 +81,14 @@ class AdaptiveKeys:
         if not name or any(c in name for c in "{}") or name != name.strip():
             raise ConfigurationError(f"invalid downstream name {name!r}")
         base = f"{prefix}:adaptive:{{{name}}}"
-        return cls(name, f"{base}:lease", f"{base}:state", f"{base}:history", f"{base}:policy")
+        return cls(
+            name,
+            f"{base}:lease",
+            f"{base}:state",
+            f"{base}:history",
+            f"{base}:policy",
+            f"{base}:obs",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +198,23 @@ class AdaptiveStore(Protocol):
         """The operator's live overrides, as stored (strings)."""
         ...
 
+    def observe(
+        self,
+        keys: AdaptiveKeys,
+        outcome: CallOutcome,
+        *,
+        latency_ms: float | None = None,
+        in_flight: int = 0,
+        held: bool = False,
+        hint: RateLimitHint | None = None,
+    ) -> None:
+        """Add one call to the current window (any worker, after every call)."""
+        ...
+
+    def drain(self, keys: AdaptiveKeys) -> Observations:
+        """Take the current window and start a new one, atomically (the controller)."""
+        ...
+
     def write_overrides(
         self, keys: AdaptiveKeys, values: Mapping[str, str], *, clear: Sequence[str] = ()
     ) -> None:
@@ -208,6 +245,7 @@ class MemoryAdaptiveStore:
         self._states: dict[str, dict[str, str]] = {}
         self._history: dict[str, collections.deque[str]] = {}
         self._overrides: dict[str, dict[str, str]] = {}
+        self._obs: dict[str, dict[str, str]] = {}
 
     def now_ms(self) -> float:
         return self._now()
@@ -278,3 +316,40 @@ class MemoryAdaptiveStore:
             for name in clear:
                 current.pop(name, None)
             current.update({name: str(value) for name, value in values.items()})
+
+    def observe(
+        self,
+        keys: AdaptiveKeys,
+        outcome: CallOutcome,
+        *,
+        latency_ms: float | None = None,
+        in_flight: int = 0,
+        held: bool = False,
+        hint: RateLimitHint | None = None,
+    ) -> None:
+        check_report(outcome, latency_ms, in_flight)
+        encoded = encode_hint(hint)
+        with self._lock:
+            window = self._obs.setdefault(keys.obs, {})
+
+            def add(name: str, amount: float) -> None:
+                window[name] = repr(float(window.get(name, "0")) + amount)
+
+            add(outcome, 1)
+            if latency_ms is not None:
+                add("latency_count", 1)
+                add("latency_sum_ms", latency_ms)
+                low = window.get("latency_min_ms")
+                if low is None or latency_ms < float(low):
+                    window["latency_min_ms"] = repr(latency_ms)
+            if in_flight > int(float(window.get("max_in_flight", "-1"))):
+                window["max_in_flight"] = str(in_flight)
+            if held:
+                add("held", 1)
+            if encoded:
+                window["hint"] = encoded
+
+    def drain(self, keys: AdaptiveKeys) -> Observations:
+        with self._lock:
+            window = self._obs.pop(keys.obs, {})
+        return observations_from_fields(window)
