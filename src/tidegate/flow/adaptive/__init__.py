@@ -33,21 +33,18 @@ from tidegate.flow.adaptive._concurrency import (
 )
 from tidegate.flow.adaptive._controller import (
     DEFAULT_LEASE_TTL_S,
-    PAUSE_REASON_QUOTA,
     AdaptiveController,
     ControllerTick,
-    apply_tick,
-    gate_saturated,
 )
+from tidegate.flow.adaptive._gate import PAUSE_REASON_QUOTA, apply_tick, gate_saturated
 from tidegate.flow.adaptive._hint import HintSource, RateLimitHint
 from tidegate.flow.adaptive._observe import CallOutcome, Observations, windows
+from tidegate.flow.adaptive._overrides import OVERRIDABLE, apply_overrides
 from tidegate.flow.adaptive._policy import (
-    OVERRIDABLE,
     AdaptivePolicy,
     ConcurrencyPolicy,
     Mode,
     RatePolicy,
-    apply_overrides,
 )
 from tidegate.flow.adaptive._rate import (
     RateDecision,

@@ -33,9 +33,11 @@ from tidegate.flow.adaptive._concurrency import (
     decide_concurrency,
     initial_concurrency_state,
 )
+from tidegate.flow.adaptive._gate import apply_tick, gate_saturated
 from tidegate.flow.adaptive._hint import RateLimitHint
 from tidegate.flow.adaptive._observe import CallOutcome, windows
-from tidegate.flow.adaptive._policy import OVERRIDABLE, AdaptivePolicy, apply_overrides
+from tidegate.flow.adaptive._overrides import OVERRIDABLE, apply_overrides
+from tidegate.flow.adaptive._policy import AdaptivePolicy
 from tidegate.flow.adaptive._rate import (
     RateDecision,
     RateWindow,
@@ -53,55 +55,13 @@ from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.flow.gate import Gate
 from tidegate.logging import get_logger
 
-__all__ = [
-    "DEFAULT_LEASE_TTL_S",
-    "PAUSE_REASON_QUOTA",
-    "AdaptiveController",
-    "ControllerTick",
-    "apply_tick",
-    "gate_saturated",
-]
+__all__ = ["DEFAULT_LEASE_TTL_S", "AdaptiveController", "ControllerTick"]
 
 log = get_logger("tidegate.adaptive")
 
 #: How long the controller's lease outlives its last tick, seconds: a few ticks, so
 #: one slow tick does not hand the controller over, a dead holder is replaced quickly.
 DEFAULT_LEASE_TTL_S = 10.0
-
-
-#: The ``reason`` of a gate pause for a quota the downstream says is used up.
-PAUSE_REASON_QUOTA = "rate_limit_exhausted"
-
-
-def gate_saturated(gate: Gate) -> bool:
-    """Whether a call arriving at ``gate`` now would wait: tokens reserved ahead of now
-    beyond the burst, or every lease held. Demand is above the live limits."""
-    state = gate.state()
-    snap = gate.backend.snapshot(gate.limit.keys)
-    policy = state.policy
-    interval_ms = 1000.0 / policy.rate
-    horizon_ms = (snap.tat_ms or snap.now_ms) - snap.now_ms
-    waiting = horizon_ms - (policy.burst - 1) * interval_ms > 0
-    full = policy.concurrency > 0 and state.leases_held >= policy.concurrency
-    return waiting or full
-
-
-def apply_tick(gate: Gate, tick: ControllerTick) -> None:
-    """Make the gate say what the controller decided (a no-op where it already does).
-
-    Compared with the gate's live values rather than with the previous decision, so a
-    gate retuned by hand, or an apply that failed last tick, converges on the next.
-    """
-    live = gate.state().policy
-    changes: dict[str, Any] = {}
-    if tick.rate is not None and tick.rate.state.rate != live.rate:
-        changes["rate"] = tick.rate.state.rate
-    if tick.concurrency is not None and tick.concurrency.state.concurrency != live.concurrency:
-        changes["concurrency"] = tick.concurrency.state.concurrency
-    if changes:
-        gate.configure(**changes)
-    if tick.rate is not None and tick.rate.pause_s:
-        gate.pause(tick.rate.pause_s, PAUSE_REASON_QUOTA)
 
 
 def _stored(value: object) -> str:
