@@ -142,3 +142,17 @@ def test_any_header_text_gives_none_or_a_valid_hint(headers: dict[str, str]) -> 
         safe = hint.safe_rate
         assert safe is None or safe > 0
         assert hint.window_s is None or hint.window_s > 0
+
+
+def test_importing_the_downstream_package_does_not_load_the_gate() -> None:
+    """The hint type is imported on first parse: a process that only classifies answers
+    does not load tidegate.flow (and with it redis and the settings)."""
+    import subprocess
+    import sys
+
+    code = "import sys, tidegate.downstream; print('tidegate.flow' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+
+    assert out.stdout.strip() == "False"

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from tidegate.errors import (
     ConfigurationError,
@@ -45,7 +45,6 @@ from tidegate.errors import (
     DownstreamThrottled,
     DownstreamUnavailable,
 )
-from tidegate.flow.adaptive._hint import HintSource, RateLimitHint
 
 __all__ = [
     "DEFAULT_RETRY_AFTER_S",
@@ -265,6 +264,11 @@ retry_after_issue=None, retry_after_raw='3')
 
 # -- rate-limit headers -------------------------------------------------------------
 
+if TYPE_CHECKING:
+    # At run time the hint type is imported on first use: importing tidegate.flow here
+    # would load redis and the gate into every process that only classifies answers.
+    from tidegate.flow.adaptive._hint import HintSource, RateLimitHint
+
 _SF_NUMBER = re.compile(r"\d{1,15}(?:\.\d{1,3})?")  # sf-integer / sf-decimal, never negative
 #: ``X-RateLimit-Reset`` above this is an epoch timestamp (GitHub), not delta-seconds.
 _EPOCH_THRESHOLD = 1_000_000_000
@@ -317,6 +321,8 @@ def _hint(
         window_s = None
     if limit is None and (remaining is None or reset_s is None):
         return None
+    from tidegate.flow.adaptive._hint import RateLimitHint
+
     return RateLimitHint(
         limit=limit, window_s=window_s, remaining=remaining, reset_s=reset_s, source=source
     )
