@@ -357,3 +357,22 @@ def test_closed_loop_with_a_quota_header_needs_no_429_to_find_the_rate() -> None
     assert run["rates"][2] == pytest.approx(9.5)
     assert per_second(run["accepted"], 5, 100) >= 9.0
     assert run["suspensions"] == 0
+
+
+def test_a_frozen_controller_leaves_a_hand_set_gate_alone(
+    controller: Callable[..., AdaptiveController], gate: Gate, clock: ManualClock
+) -> None:
+    """Frozen, an operator sets the gate to 2.5/s by hand: the controller's ticks keep
+    it (they would otherwise put back the learned 1/s)."""
+    leader = controller(AdaptivePolicy(mode="frozen", rate=CUSTOMS.rate))
+    leader.run_once(gate)
+    gate.configure(rate=2.5)
+    clock.advance(1)
+    leader.report("throttled")
+
+    tick = leader.run_once(gate)
+
+    assert tick is not None
+    assert tick.rate is not None
+    assert tick.rate.reason == "frozen"
+    assert gate.state().policy.rate == 2.5

@@ -37,15 +37,21 @@ def apply_tick(gate: Gate, tick: ControllerTick) -> None:
     """Make the gate say what the controller decided (a no-op where it already does).
 
     Compared with the gate's live values rather than with the previous decision, so a
-    gate retuned by hand, or an apply that failed last tick, converges on the next.
+    gate retuned by hand, or an apply that failed last tick, converges on the next. A
+    frozen controller touches nothing: what an operator sets by hand during a freeze
+    stays.
     """
+    rate = tick.rate if tick.rate is not None and tick.rate.reason != "frozen" else None
+    leases = tick.concurrency
+    if leases is not None and leases.reason == "frozen":
+        leases = None
     live = gate.state().policy
     changes: dict[str, Any] = {}
-    if tick.rate is not None and tick.rate.state.rate != live.rate:
-        changes["rate"] = tick.rate.state.rate
-    if tick.concurrency is not None and tick.concurrency.state.concurrency != live.concurrency:
-        changes["concurrency"] = tick.concurrency.state.concurrency
+    if rate is not None and rate.state.rate != live.rate:
+        changes["rate"] = rate.state.rate
+    if leases is not None and leases.state.concurrency != live.concurrency:
+        changes["concurrency"] = leases.state.concurrency
     if changes:
         gate.configure(**changes)
-    if tick.rate is not None and tick.rate.pause_s:
-        gate.pause(tick.rate.pause_s, PAUSE_REASON_QUOTA)
+    if rate is not None and rate.pause_s:
+        gate.pause(rate.pause_s, PAUSE_REASON_QUOTA)
