@@ -32,7 +32,7 @@ from tidegate.flow.adaptive import (
 T0 = 1_700_000_000_000.0
 
 policies = st.builds(
-    lambda lo, span, step, cut, prone, margin, quiet, reprobe, headroom: RatePolicy(
+    lambda lo, span, step, cut, prone, margin, quiet, reprobe, headroom, recover: RatePolicy(
         min_rate=lo,
         max_rate=lo + span,
         increase_per_s=step,
@@ -42,6 +42,7 @@ policies = st.builds(
         quiet_s=quiet,
         reprobe_factor=reprobe,
         headroom=headroom,
+        recover_s=recover,
     ),
     st.floats(0.1, 20),
     st.floats(0, 200),
@@ -52,6 +53,7 @@ policies = st.builds(
     st.floats(1, 300),
     st.floats(1.01, 2),
     st.floats(0.5, 1),
+    st.sampled_from([0.0, 2.0, 10.0, 60.0]),
 )
 
 hints = st.one_of(
@@ -114,8 +116,10 @@ def test_a_suspension_prone_downstream_is_never_sent_above_its_ceiling(
         state, window_throttled = decision.state, decision.reason == "throttled"
         if window_throttled:
             assert state.ceiling is not None
-            if state.ceiling_set_ms == state.updated_ms:  # this 429 set the ceiling
-                bound = max(prone.min_rate, decision.previous.rate * prone.ceiling_margin)
+            previous = decision.previous
+            if (state.ceiling, state.ceiling_set_ms) != (previous.ceiling, previous.ceiling_set_ms):
+                # this 429 set the ceiling
+                bound = max(prone.min_rate, previous.rate * prone.ceiling_margin)
             else:  # an echo: within settle_s of the one that did, the ceiling stays
                 assert state.ceiling == decision.previous.ceiling
                 assert state.ceiling_set_ms is not None
@@ -185,6 +189,22 @@ def test_the_ceiling_is_raised_at_most_once_per_quiet_period(
             assert last_raise is None or now - last_raise >= quiet_ms
             assert last_rejection is None or now - last_rejection >= quiet_ms
             last_raise = now
+        if decision.reason in {"throttled", "unavailable"}:
+            last_rejection = now
+
+
+@given(policy=policies, steps=ticks)
+@settings(max_examples=300, deadline=None)
+def test_the_rate_never_grows_within_recover_s_of_a_rejection(
+    policy: RatePolicy, steps: list[tuple[float, RateWindow]]
+) -> None:
+    """Between a 429/503 and recover_s later, saturated success holds the rate."""
+    last_rejection = None
+    for decision in run(policy, steps):
+        now = decision.state.updated_ms
+        assert now is not None
+        if decision.reason in {"increase", "reprobe"}:
+            assert last_rejection is None or now - last_rejection >= policy.recover_s * 1000
         if decision.reason in {"throttled", "unavailable"}:
             last_rejection = now
 
