@@ -271,6 +271,29 @@ def test_an_echo_within_settle_s_cuts_the_rate_but_keeps_the_ceiling() -> None:
     assert news.state.ceiling_set_ms == T0 + 3_000
 
 
+def test_a_429_with_headers_goes_straight_down_to_the_advertised_rate() -> None:
+    """9.5/s, a 429 whose answer advertises 240 per minute: 3.8/s at once, not 6.65 (a
+    ×0.7 cut per tick while the downstream keeps counting offences)."""
+    hint = RateLimitHint(limit=240, window_s=60)
+    decision = decide_rate(
+        RateState(rate=9.5), RateWindow(throttled=2, hint=hint), PRONE, now_ms=T0
+    )
+
+    assert decision.reason == "throttled"
+    assert decision.state.rate == pytest.approx(3.8)
+    assert decision.state.ceiling == pytest.approx(8.55)
+
+
+def test_a_429_never_raises_the_rate_to_a_generous_advertisement() -> None:
+    """Headers claiming 50/s on a 429: the cut stands (a 429 outranks an advertisement)."""
+    hint = RateLimitHint(limit=50, window_s=1)
+    decision = decide_rate(
+        RateState(rate=9.5), RateWindow(throttled=1, hint=hint), PRONE, now_ms=T0
+    )
+
+    assert decision.state.rate == pytest.approx(6.65)
+
+
 def test_a_503_cuts_without_moving_the_ceiling() -> None:
     """An outage says nothing about the rate: cut, but keep the ceiling learned from 429s."""
     state = RateState(rate=8.0, ceiling=9.0)

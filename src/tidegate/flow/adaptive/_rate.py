@@ -249,7 +249,9 @@ def decide_rate(
         now_ms: the current time on the fleet clock, in ms.
         mode: ``on`` decides; ``frozen`` and ``off`` keep the state as it is.
 
-    The rules, first match wins: a 429 or 503 cuts; rate-limit headers set the rate;
+    The rules, first match wins: a 429 or 503 cuts (to the advertised rate if the
+    window's headers say less is left than the cut allows); rate-limit headers set the
+    rate;
     saturated success grows it once ``recover_s`` has passed since the last rejection
     (below the ceiling additively, at the ceiling by a re-probe once per quiet
     period); anything else holds.
@@ -315,7 +317,13 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
     )
     if window.throttled and policy.suspension_prone and not echo:
         ceiling, ceiling_set = max(policy.min_rate, base * policy.ceiling_margin), now_ms
-    new = _clamp(min(state.rate, base * policy.decrease_factor), policy, ceiling)
+    new = min(state.rate, base * policy.decrease_factor)
+    advertised = window.hint.safe_rate if window.hint is not None else None
+    if advertised is not None:
+        # The same answers said how much is left: go at least that low at once, rather
+        # than one cut per tick while the downstream keeps counting offences.
+        new = min(new, advertised * policy.headroom)
+    new = _clamp(new, policy, ceiling)
     reason: RateReason = "throttled" if window.throttled else "unavailable"
     decided = _decision(state, new, ceiling, reason, now_ms)
     stamped = replace(decided.state, last_rejection_ms=now_ms, ceiling_set_ms=ceiling_set)
