@@ -198,13 +198,17 @@ def test_the_ceiling_is_raised_at_most_once_per_quiet_period(
 def test_the_rate_never_grows_within_recover_s_of_a_rejection(
     policy: RatePolicy, steps: list[tuple[float, RateWindow]]
 ) -> None:
-    """Between a 429/503 and recover_s later, saturated success holds the rate."""
+    """Between a 429/503 and recover_s later, neither saturated success nor generous
+    headers raise the rate."""
     last_rejection = None
     for decision in run(policy, steps):
         now = decision.state.updated_ms
         assert now is not None
+        recovering = last_rejection is not None and now - last_rejection < policy.recover_s * 1000
         if decision.reason in {"increase", "reprobe"}:
-            assert last_rejection is None or now - last_rejection >= policy.recover_s * 1000
+            assert not recovering
+        if decision.reason == "advertised" and recovering:
+            assert decision.state.rate <= max(decision.previous.rate, policy.min_rate)
         if decision.reason in {"throttled", "unavailable"}:
             last_rejection = now
 
@@ -398,6 +402,24 @@ def test_headers_cannot_lift_the_ceiling_until_the_quiet_period_is_over() -> Non
 
     assert (soon.state.rate, soon.state.ceiling) == (pytest.approx(8.1), 8.1)
     assert (later.state.rate, later.state.ceiling) == (pytest.approx(19.0), pytest.approx(19.0))
+
+
+def test_headers_lift_the_rate_only_after_recover_s() -> None:
+    """Cut to 6.65 by a 429 at T0: headers saying 9.5/s keep 6.65 for recover_s (10 s),
+    then lift it to the ceiling; headers saying less still lower it at once."""
+    state = RateState(
+        rate=6.65, ceiling=8.55, ceiling_set_ms=T0, last_rejection_ms=T0, updated_ms=T0
+    )
+    generous = RateWindow(hint=RateLimitHint(limit=600, window_s=60))
+    meagre = RateWindow(hint=RateLimitHint(limit=240, window_s=60))
+
+    early = decide_rate(state, generous, PRONE, now_ms=T0 + 5_000)
+    later = decide_rate(state, generous, PRONE, now_ms=T0 + 10_000)
+    lower = decide_rate(state, meagre, PRONE, now_ms=T0 + 5_000)
+
+    assert early.state.rate == pytest.approx(6.65)
+    assert later.state.rate == pytest.approx(8.55)
+    assert lower.state.rate == pytest.approx(3.8)
 
 
 def test_a_narrowed_box_brings_the_learned_rate_back_inside() -> None:

@@ -6,8 +6,9 @@ with its reason comes out:
 * :func:`decide_rate` — AIMD on 429/503 with a hard ceiling below the last 429 for
   suspension-prone downstreams, and a jump to the rate advertised in rate-limit
   headers (:class:`RateLimitHint`);
-* :func:`decide_concurrency` — the latency gradient (long-window minimum over recent
-  latency) for a downstream that slows down instead of refusing;
+* :func:`decide_concurrency` — the latency gradient (the minimum latency, re-measured
+  with the limit pinned low, over the recent latency) for a downstream that slows
+  down instead of refusing;
 * :class:`AdaptivePolicy` — the operator's box: mode (on, frozen, off), floors,
   maxima, the suspension-prone flag.
 

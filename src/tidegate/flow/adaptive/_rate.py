@@ -333,7 +333,8 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
 def _advertised(
     state: RateState, hint: RateLimitHint, policy: RatePolicy, now_ms: float
 ) -> RateDecision:
-    """Jump to what the downstream advertises, inside the box.
+    """Jump to what the downstream advertises, inside the box (upwards only once
+    ``recover_s`` has passed since the last rejection).
 
     For a suspension-prone downstream the ceiling still holds during the quiet period
     after a 429 (a downstream whose headers overstate its capacity costs one 429 per
@@ -347,6 +348,11 @@ def _advertised(
     safe = hint.safe_rate
     assert safe is not None
     target = max(policy.min_rate, min(policy.max_rate, safe * policy.headroom))
+    recent = state.last_rejection_ms
+    if recent is not None and now_ms - recent < policy.recover_s * 1000.0:
+        # Down at once, up only after recover_s: a downstream that just refused at this
+        # rate is not believed when its headers say more is fine (jitter, or a lie).
+        target = max(policy.min_rate, min(target, state.rate))
     if ceiling is not None and target > ceiling:
         if _quiet(state, policy, now_ms):
             ceiling = target
