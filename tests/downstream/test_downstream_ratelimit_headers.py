@@ -105,6 +105,9 @@ def test_the_safe_rate_slows_down_when_a_window_was_spent_early() -> None:
         {"X-RateLimit-Limit": "1e9"},
         {"X-RateLimit-Remaining": "3"},  # remaining without reset or limit: no pace
         {"RateLimit-Policy": '"default";q=10;w=0'},  # a zero window is no window
+        {"RateLimit-Limit": " "},  # blank: found by the fuzz test below (IndexError)
+        {"RateLimit": ";"},
+        {"RateLimit-Policy": ";;, ;"},
     ],
 )
 def test_unreadable_headers_give_no_hint(headers: dict[str, str]) -> None:

@@ -302,7 +302,10 @@ def _split(value: str, separator: str) -> list[str]:
 
 def _member(member: str) -> tuple[str, dict[str, str]]:
     """One list member: its bare item (unquoted) and its ``;key=value`` parameters."""
-    head, *params = _split(member, ";")
+    parts = _split(member, ";")
+    if not parts:
+        return "", {}
+    head, *params = parts
     pairs = {}
     for param in params:
         key, _, value = param.partition("=")
@@ -430,7 +433,7 @@ def parse_rate_limit_headers(headers: Mapping[str, str], *, now: float) -> RateL
     limit = _header(headers, "RateLimit-Limit")
     if limit is not None or policy is not None:
         found = _ietf_legacy(
-            _number(_split(limit, ",")[0]) if limit else None,
+            _number(next(iter(_split(limit or "", ",")), None)),
             _number(_header(headers, "RateLimit-Remaining")),
             _number(_header(headers, "RateLimit-Reset")),
             policy,
