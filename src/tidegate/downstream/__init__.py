@@ -7,6 +7,9 @@
   :class:`~tidegate.errors.DownstreamRejected`.
 * :func:`classify_response` / :func:`parse_retry_after` — the I/O-free decision both
   clients share, usable on its own.
+* :func:`parse_rate_limit_headers` — a downstream's advertised quota (IETF
+  ``RateLimit``/``RateLimit-Policy``, ``X-RateLimit-*``) as a typed hint for the
+  adaptive rate controller.
 * :func:`backoff_delay` — exponential backoff with full jitter, for task retries.
 """
 
@@ -27,6 +30,7 @@ from tidegate.downstream._classify import (
     RetryAfterIssue,
     RetryAfterPolicy,
     classify_response,
+    parse_rate_limit_headers,
     parse_retry_after,
 )
 from tidegate.downstream._client import (
@@ -57,5 +61,6 @@ __all__ = [
     "RetryAfterPolicy",
     "backoff_delay",
     "classify_response",
+    "parse_rate_limit_headers",
     "parse_retry_after",
 ]

@@ -1,9 +1,10 @@
 """Simulated downstreams: real HTTP servers on loopback that behave like the port's.
 
 * :class:`CustomsSim` — the customs single window: advertises a per-minute quota,
-  enforces a per-second token bucket (429 + ``Retry-After``), suspends repeat offenders.
+  enforces a per-second token bucket (429 + ``Retry-After``), suspends repeat offenders;
+  its rate can follow a capacity schedule (a maintenance dip) it never announces.
 * :class:`TosSim` — the terminal operating system: at most K requests in flight, 503
-  beyond.
+  beyond; optionally slower with every call beyond its capacity.
 * :class:`DatabaseSim` — the shared database: latency grows with concurrent writers.
 
 Each records every accepted write with its ``Idempotency-Key`` (duplicates and losses
@@ -35,7 +36,13 @@ from tidegate.sim._base import (
     SimServer,
     Verdict,
 )
-from tidegate.sim._customs import CustomsSim, RetryAfterFormat, TokenBucket
+from tidegate.sim._customs import (
+    CapacitySchedule,
+    CustomsSim,
+    QuotaHeaders,
+    RetryAfterFormat,
+    TokenBucket,
+)
 from tidegate.sim._database import DatabaseSim
 from tidegate.sim._stats import bucket_counts, max_in_window
 from tidegate.sim._tos import TosSim
@@ -47,12 +54,14 @@ __all__ = [
     "FAULT_MODES",
     "HUGE_RETRY_AFTER_S",
     "OUTAGE_MODES",
+    "CapacitySchedule",
     "Clock",
     "CustomsSim",
     "DatabaseSim",
     "DocumentCheck",
     "FaultMode",
     "OutageMode",
+    "QuotaHeaders",
     "RetryAfterFormat",
     "SimServer",
     "TokenBucket",

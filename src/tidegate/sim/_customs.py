@@ -5,6 +5,11 @@ per-second token bucket with a small burst. A fleet that believes the header and
 a minute's quota at once gets 429s. Repeated offences get the caller suspended: every
 call is refused for a while, the way real single windows punish clients that ignore
 ``Retry-After``.
+
+Its capacity is not constant either: a *schedule* of ``(at_s, rate)`` steps changes
+the enforced rate while it runs (10/s, then 4/s for a maintenance minute, then 10/s),
+and ``quota_headers="none"`` stops it advertising anything, so a client that keeps up
+can only have learned the schedule from the 429s.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from email.utils import formatdate
 from typing import Any, Literal, TypeAlias
 
@@ -20,12 +25,17 @@ from tidegate.errors import ConfigurationError
 from tidegate.logging import get_logger
 from tidegate.sim._base import DEFAULT_HOST, Clock, SimServer, Verdict, check_positive
 
-__all__ = ["CustomsSim", "RetryAfterFormat", "TokenBucket"]
+__all__ = ["CapacitySchedule", "CustomsSim", "QuotaHeaders", "RetryAfterFormat", "TokenBucket"]
 
 log = get_logger("tidegate.sim")
 
 #: How the gateway writes ``Retry-After``: delay-seconds or an HTTP-date (RFC 9110).
 RetryAfterFormat: TypeAlias = Literal["seconds", "http-date"]
+#: Whether the gateway advertises its quota (``X-RateLimit-Limit-Minute``) or says nothing.
+QuotaHeaders: TypeAlias = Literal["minute", "none"]
+#: ``(at_s, rate)`` steps: from ``at_s`` seconds after the sim's start (or last reset)
+#: on, the enforced rate is ``rate`` calls per second.
+CapacitySchedule: TypeAlias = Sequence[tuple[float, float]]
 
 # Float refill arithmetic may leave 0.9999999 of a token where 1 was earned.
 _EPSILON = 1e-9
@@ -57,6 +67,12 @@ class TokenBucket:
         self.burst = burst
         self._tokens = float(burst)
         self._last = now
+
+    def set_rate(self, rate: float, now: float) -> None:
+        """Refill at ``rate`` from ``now`` on; tokens earned until ``now`` are kept."""
+        self._tokens = self.tokens(now)
+        self._last = max(self._last, now)
+        self.rate = float(check_positive("rate", rate))
 
     def reset(self, now: float) -> None:
         """Refill the bucket."""
@@ -96,6 +112,12 @@ class CustomsSim(SimServer):
         suspend_s: how long a suspension lasts, in seconds: every call is answered
             429 with ``Retry-After`` = the remaining suspension.
         retry_after_format: ``"seconds"`` or ``"http-date"``.
+        schedule: ``(at_s, rate)`` steps changing the enforced rate ``at_s`` seconds
+            after the sim was built (or last reset); ``at_s`` strictly increasing and
+            >= 0, rates > 0. Before the first step the rate is ``rate``. The bucket
+            keeps the tokens it holds when the rate changes.
+        quota_headers: ``"minute"`` (the default) advertises ``X-RateLimit-Limit-Minute``
+            for the rate in force; ``"none"`` advertises nothing.
         service_s: how long an accepted declaration takes to process.
         path: the write path.
         host, port, clock, wall_clock, sleep: see :class:`~tidegate.sim.SimServer`.
@@ -121,6 +143,8 @@ class CustomsSim(SimServer):
         suspend_window_s: float = 10.0,
         suspend_s: float = 30.0,
         retry_after_format: RetryAfterFormat = "seconds",
+        schedule: CapacitySchedule = (),
+        quota_headers: QuotaHeaders = "minute",
         service_s: float = 0.0,
         path: str = "/declarations",
         host: str = DEFAULT_HOST,
@@ -140,8 +164,14 @@ class CustomsSim(SimServer):
         self.suspend_window_s = check_positive("suspend_window_s", suspend_window_s)
         self.suspend_s = check_positive("suspend_s", suspend_s)
         self.retry_after_format: RetryAfterFormat = retry_after_format
+        if quota_headers not in ("minute", "none"):
+            raise ConfigurationError(f"quota_headers must be 'minute' or 'none': {quota_headers!r}")
+        self.quota_headers: QuotaHeaders = quota_headers
+        self.base_rate = float(check_positive("rate", rate))
+        self.schedule: tuple[tuple[float, float], ...] = _check_schedule(schedule)
+        self._origin = self._clock()
         self.service_s = check_positive("service_s", service_s, allow_zero=True)
-        self._bucket = TokenBucket(rate, burst, now=self._clock())
+        self._bucket = TokenBucket(self._scheduled_rate(self._origin), burst, now=self._origin)
         self._offences: deque[float] = deque()
         self._suspended_until: float | None = None
         self._suspensions = 0
@@ -161,7 +191,24 @@ class CustomsSim(SimServer):
         """What ``X-RateLimit-Limit-Minute`` claims."""
         return self.rate * 60
 
+    def _scheduled_rate(self, now: float) -> float:
+        rate = self.base_rate
+        for at_s, step in self.schedule:
+            if now - self._origin < at_s:
+                break
+            rate = step
+        return rate
+
+    def _follow_schedule(self, now: float) -> None:
+        """Apply the step in force at ``now``; called under the sim lock."""
+        rate = self._scheduled_rate(now)
+        if rate != self._bucket.rate:
+            previous = self._bucket.rate
+            self._bucket.set_rate(rate, now)
+            log.warning("sim_capacity_changed", kind=self.kind, rate=rate, previous=previous)
+
     def _admit(self, now: float) -> Verdict:
+        self._follow_schedule(now)
         if self._suspended_until is not None:
             if now < self._suspended_until:
                 remaining = math.ceil(self._suspended_until - now - 1e-9)
@@ -191,12 +238,15 @@ class CustomsSim(SimServer):
         return Verdict(429, retry_after_s=retry_after, reason="rate_limited")
 
     def _reset_policy(self, now: float) -> None:
+        self._origin = now
+        self._bucket.set_rate(self._scheduled_rate(now), now)
         self._bucket.reset(now)
         self._offences.clear()
         self._suspended_until = None
         self._suspensions = 0
 
     def _policy_stats(self, now: float) -> dict[str, Any]:
+        self._follow_schedule(now)
         until = self._suspended_until
         suspended = until is not None and now < until
         return {
@@ -207,9 +257,13 @@ class CustomsSim(SimServer):
             "suspended": suspended,
             "suspended_until_ts": self._to_wall(until) if until is not None and suspended else None,
             "suspensions": self._suspensions,
+            "schedule": [list(step) for step in self.schedule],
         }
 
     def _extra_headers(self) -> dict[str, str]:
+        if self.quota_headers == "none":
+            return {}
+        self._follow_schedule(self._clock())  # the quota in force, even on a step's edge
         per_minute = self.advertised_per_minute
         shown = str(int(per_minute)) if per_minute.is_integer() else f"{per_minute:.3f}"
         return {"X-RateLimit-Limit-Minute": shown}
@@ -219,3 +273,20 @@ class CustomsSim(SimServer):
             # Round the date up: a truncated date would ask for less than the honest wait.
             return formatdate(math.ceil(self._to_wall(now) + seconds), usegmt=True)
         return str(seconds)
+
+
+def _check_schedule(schedule: CapacitySchedule) -> tuple[tuple[float, float], ...]:
+    steps = []
+    previous = -math.inf
+    for step in schedule:
+        try:
+            at_s, rate = (float(value) for value in step)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"a schedule step is (at_s, rate), got {step!r}") from exc
+        check_positive("schedule at_s", at_s, allow_zero=True)
+        check_positive("schedule rate", rate)
+        if at_s <= previous:
+            raise ConfigurationError(f"schedule steps must be in increasing at_s order: {at_s!r}")
+        previous = at_s
+        steps.append((at_s, rate))
+    return tuple(steps)

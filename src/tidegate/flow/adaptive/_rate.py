@@ -1,0 +1,361 @@
+"""Rate discovery from rejections: AIMD under a ceiling, free of I/O.
+
+Nobody tells the fleet the customs gateway's real capacity, and it moves (a
+maintenance minute at 4/s in a 10/s day). So the rate is learned the way TCP learns a
+window: grow by a small *additive* step while calls succeed and the gate is what
+holds the fleet back, cut *multiplicatively* on a 429 or 503. A downstream that
+suspends repeat offenders cannot be probed that way forever, so for it the controller
+keeps a hard **ceiling** just below the rate at which the last 429 appeared, and raises
+it only by a small factor, at most once per quiet period without any rejection (the
+opposite of botocore's CUBIC, which deliberately overshoots the last throttle point).
+Rate-limit headers short-cut all of it: the controller jumps to the advertised rate.
+
+Everything here is a pure function of (state, window, policy, now): observations and
+time are inputs, the new state and the reason are the output. The fleet-wide runner
+(one elected controller per downstream) feeds it and applies the result; tests drive
+it with an injected clock.
+
+Guarantees, for any sequence of windows (property-tested):
+
+* ``min_rate <= rate <= max_rate``;
+* for a suspension-prone downstream, once a 429 was seen, ``rate <= ceiling``, and
+  the ceiling is ``ceiling_margin ×`` the rate of the 429 that set it (later 429s
+  within ``settle_s`` are echoes of the rate before the cut and only cut the rate);
+* under a storm of 429s the rate never rises, and falls to the floor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TypeAlias
+
+from tidegate.errors import ConfigurationError
+from tidegate.flow.adaptive._hint import RateLimitHint
+from tidegate.flow.adaptive._policy import Mode, RatePolicy
+
+__all__ = [
+    "RateDecision",
+    "RateReason",
+    "RateState",
+    "RateWindow",
+    "decide_rate",
+    "initial_rate_state",
+]
+
+#: Why a decision came out as it did; the ``reason`` of its log event.
+RateReason: TypeAlias = Literal[
+    "throttled",  # a 429: multiplicative decrease (and a new ceiling if suspension-prone)
+    "unavailable",  # a 503: multiplicative decrease, the ceiling untouched
+    "advertised",  # rate-limit headers: straight to the advertised rate
+    "advertised_exhausted",  # the headers say nothing is left: wait for the reset
+    "increase",  # saturated and succeeding: additive increase
+    "recovering",  # saturated, but a rejection is too recent to grow again
+    "reprobe",  # at the ceiling after a quiet period: the ceiling is raised a little
+    "at_ceiling",  # saturated, at the ceiling, still inside the quiet period
+    "at_max",  # saturated at the operator's maximum
+    "not_saturated",  # the gate is not the bottleneck: nothing to learn
+    "policy",  # the operator's box moved: the rate is brought back inside it
+    "frozen",  # the operator froze the controller
+    "off",  # the controller is switched off
+]
+
+
+def _count(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{name} must be an integer >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RateWindow:
+    """What the fleet saw since the previous decision.
+
+    Args:
+        successes: calls the downstream accepted.
+        throttled: calls answered 429.
+        unavailable: calls answered 503 (or refused, timed out).
+        saturated: the gate held calls back (refused or delayed an admission): demand
+            exceeded the live rate, so a higher rate would have been used.
+        sent_rate: calls per second actually sent in the window, if measured. In an
+            unsaturated window demand set the pace, so a rejection counts at this rate
+            when it is below the live rate. In a saturated one the gate set it, and
+            the measured rate is deflated by the pause that follows a 429 (the window
+            sent at the live rate until the 429, then nothing): it is not used.
+        hint: the latest rate-limit headers, if the downstream sends any.
+    """
+
+    successes: int = 0
+    throttled: int = 0
+    unavailable: int = 0
+    saturated: bool = False
+    sent_rate: float | None = None
+    hint: RateLimitHint | None = None
+
+    def __post_init__(self) -> None:
+        _count("successes", self.successes)
+        _count("throttled", self.throttled)
+        _count("unavailable", self.unavailable)
+        if self.sent_rate is not None and not (
+            math.isfinite(self.sent_rate) and self.sent_rate >= 0
+        ):
+            raise ConfigurationError(
+                f"sent_rate must be a finite number >= 0 or None, got {self.sent_rate!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class RateState:
+    """What the controller remembers between decisions (kept in Redis fleet-wide).
+
+    Args:
+        rate: the live rate, calls per second.
+        ceiling: the hard cap learned from the last 429 (suspension-prone only).
+        ceiling_set_ms: when a 429 last set the ceiling (its echoes do not move it).
+        last_rejection_ms: when the last 429 or 503 was seen, ms on the fleet clock.
+        last_reprobe_ms: when the ceiling was last raised.
+        updated_ms: when the last decision was made.
+    """
+
+    rate: float
+    ceiling: float | None = None
+    ceiling_set_ms: float | None = None
+    last_rejection_ms: float | None = None
+    last_reprobe_ms: float | None = None
+    updated_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rate) and self.rate > 0):
+            raise ConfigurationError(f"rate must be a finite number > 0, got {self.rate!r}")
+        if self.ceiling is not None and not (math.isfinite(self.ceiling) and self.ceiling > 0):
+            raise ConfigurationError(
+                f"ceiling must be a finite number > 0 or None, got {self.ceiling!r}"
+            )
+
+    def as_dict(self) -> dict[str, float | None]:
+        """Plain data for the store (and for ``from_dict``)."""
+        return {
+            "rate": self.rate,
+            "ceiling": self.ceiling,
+            "ceiling_set_ms": self.ceiling_set_ms,
+            "last_rejection_ms": self.last_rejection_ms,
+            "last_reprobe_ms": self.last_reprobe_ms,
+            "updated_ms": self.updated_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RateState:
+        """The inverse of :meth:`as_dict`; unknown keys are ignored, bad values raise."""
+        try:
+            return cls(
+                rate=float(data["rate"]),
+                ceiling=_opt_float(data.get("ceiling")),
+                ceiling_set_ms=_opt_float(data.get("ceiling_set_ms")),
+                last_rejection_ms=_opt_float(data.get("last_rejection_ms")),
+                last_reprobe_ms=_opt_float(data.get("last_reprobe_ms")),
+                updated_ms=_opt_float(data.get("updated_ms")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(f"unreadable rate state {data!r}: {exc}") from exc
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RateDecision:
+    """One decision: the new state, the old one, and why.
+
+    Args:
+        state: the state to store and the rate to apply.
+        previous: the state the decision started from.
+        reason: why (see :data:`RateReason`).
+        pause_s: the downstream asked the fleet to wait this long (exhausted quota).
+    """
+
+    state: RateState
+    previous: RateState
+    reason: RateReason
+    pause_s: float | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether the rate, the ceiling or a pause is to be applied (worth an event)."""
+        return (
+            self.state.rate != self.previous.rate
+            or self.state.ceiling != self.previous.ceiling
+            or self.pause_s is not None
+        )
+
+    def event(self) -> dict[str, Any]:
+        """The decision's log event fields (stable snake_case keys, no payload)."""
+        return {
+            "reason": self.reason,
+            "rate": round(self.state.rate, 6),
+            "previous_rate": round(self.previous.rate, 6),
+            "ceiling": None if self.state.ceiling is None else round(self.state.ceiling, 6),
+            "previous_ceiling": (
+                None if self.previous.ceiling is None else round(self.previous.ceiling, 6)
+            ),
+            "pause_s": self.pause_s,
+        }
+
+
+def initial_rate_state(policy: RatePolicy, learned: RateState | None = None) -> RateState:
+    """Where a controller starts: the last learned state, else the policy's start rate.
+
+    A learned rate outside the operator's current box is brought inside it.
+    """
+    if learned is None:
+        return RateState(rate=policy.initial_rate)
+    return replace(learned, rate=_clamp(learned.rate, policy, learned.ceiling))
+
+
+def _clamp(rate: float, policy: RatePolicy, ceiling: float | None) -> float:
+    """Inside [min_rate, max_rate], and under the ceiling (which never undercuts the floor)."""
+    top = policy.max_rate if ceiling is None else min(policy.max_rate, ceiling)
+    return max(policy.min_rate, min(rate, top))
+
+
+def _quiet(state: RateState, policy: RatePolicy, now_ms: float) -> bool:
+    """No rejection, and no ceiling raise, for ``quiet_s``."""
+    quiet_ms = policy.quiet_s * 1000.0
+    for at in (state.last_rejection_ms, state.last_reprobe_ms):
+        if at is not None and now_ms - at < quiet_ms:
+            return False
+    return True
+
+
+def _elapsed_s(state: RateState, policy: RatePolicy, now_ms: float) -> float:
+    if state.updated_ms is None:
+        return 0.0
+    return max(0.0, min(policy.max_step_s, (now_ms - state.updated_ms) / 1000.0))
+
+
+def decide_rate(
+    state: RateState,
+    window: RateWindow,
+    policy: RatePolicy,
+    *,
+    now_ms: float,
+    mode: Mode = "on",
+) -> RateDecision:
+    """Decide the next rate from what the fleet saw since the last decision.
+
+    Args:
+        state: the controller's memory (see :func:`initial_rate_state`).
+        window: the observations since ``state.updated_ms``.
+        policy: the operator's box.
+        now_ms: the current time on the fleet clock, in ms.
+        mode: ``on`` decides; ``frozen`` and ``off`` keep the state as it is.
+
+    The rules, first match wins: a 429 or 503 cuts (to the advertised rate if the
+    window's headers say less is left than the cut allows); rate-limit headers set the
+    rate;
+    saturated success grows it once ``recover_s`` has passed since the last rejection
+    (below the ceiling additively, at the ceiling by a re-probe once per quiet
+    period); anything else holds.
+
+    Example::
+
+        >>> policy = RatePolicy(min_rate=1, max_rate=50, suspension_prone=True)
+        >>> cut = decide_rate(RateState(rate=10.0), RateWindow(throttled=1), policy,
+        ...                   now_ms=0.0)
+        >>> cut.reason, cut.state.rate, cut.state.ceiling
+        ('throttled', 7.0, 9.0)
+    """
+    if not math.isfinite(now_ms):
+        raise ConfigurationError(f"now_ms must be finite, got {now_ms!r}")
+    if mode != "on":
+        return RateDecision(replace(state, updated_ms=now_ms), state, mode)
+    elapsed_s = _elapsed_s(state, policy, now_ms)
+    if window.throttled or window.unavailable:
+        return _cut(state, window, policy, now_ms)
+    if window.hint is not None and (window.hint.exhausted or window.hint.safe_rate is not None):
+        return _advertised(state, window.hint, policy, now_ms)
+    ceiling = state.ceiling if policy.suspension_prone else None
+    top = policy.max_rate if ceiling is None else min(policy.max_rate, ceiling)
+    if state.rate < policy.min_rate or state.rate > top:
+        new = _clamp(state.rate, policy, ceiling)
+        return _decision(state, new, ceiling, "policy", now_ms)
+    if not (window.saturated and window.successes > 0):
+        return _decision(state, state.rate, ceiling, "not_saturated", now_ms)
+    recent = state.last_rejection_ms
+    if recent is not None and now_ms - recent < policy.recover_s * 1000.0:
+        return _decision(state, state.rate, ceiling, "recovering", now_ms)
+    if state.rate < top:
+        new = min(top, state.rate + policy.increase_per_s * elapsed_s)
+        return _decision(state, new, ceiling, "increase", now_ms)
+    if ceiling is None or ceiling >= policy.max_rate:
+        return _decision(state, state.rate, ceiling, "at_max", now_ms)
+    if not _quiet(state, policy, now_ms):
+        return _decision(state, state.rate, ceiling, "at_ceiling", now_ms)
+    raised = min(policy.max_rate, ceiling * policy.reprobe_factor)
+    decided = _decision(state, state.rate, raised, "reprobe", now_ms)
+    return replace(decided, state=replace(decided.state, last_reprobe_ms=now_ms))
+
+
+def _decision(
+    state: RateState, rate: float, ceiling: float | None, reason: RateReason, now_ms: float
+) -> RateDecision:
+    return RateDecision(
+        replace(state, rate=rate, ceiling=ceiling, updated_ms=now_ms), state, reason
+    )
+
+
+def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float) -> RateDecision:
+    """Multiplicative decrease from the rate the rejection happened at."""
+    base = state.rate
+    if window.sent_rate is not None and window.sent_rate > 0 and not window.saturated:
+        base = min(base, window.sent_rate)
+    ceiling = state.ceiling if policy.suspension_prone else None
+    ceiling_set = state.ceiling_set_ms
+    echo = (
+        ceiling is not None
+        and ceiling_set is not None
+        and now_ms - ceiling_set < policy.settle_s * 1000.0
+    )
+    if window.throttled and policy.suspension_prone and not echo:
+        ceiling, ceiling_set = max(policy.min_rate, base * policy.ceiling_margin), now_ms
+    new = min(state.rate, base * policy.decrease_factor)
+    advertised = window.hint.safe_rate if window.hint is not None else None
+    if advertised is not None:
+        # The same answers said how much is left: go at least that low at once, rather
+        # than one cut per tick while the downstream keeps counting offences.
+        new = min(new, advertised * policy.headroom)
+    new = _clamp(new, policy, ceiling)
+    reason: RateReason = "throttled" if window.throttled else "unavailable"
+    decided = _decision(state, new, ceiling, reason, now_ms)
+    stamped = replace(decided.state, last_rejection_ms=now_ms, ceiling_set_ms=ceiling_set)
+    return replace(decided, state=stamped)
+
+
+def _advertised(
+    state: RateState, hint: RateLimitHint, policy: RatePolicy, now_ms: float
+) -> RateDecision:
+    """Jump to what the downstream advertises, inside the box (upwards only once
+    ``recover_s`` has passed since the last rejection).
+
+    For a suspension-prone downstream the ceiling still holds during the quiet period
+    after a 429 (a downstream whose headers overstate its capacity costs one 429 per
+    quiet period, not one per window); after it, the advertisement may lift the
+    ceiling up to the advertised rate.
+    """
+    ceiling = state.ceiling if policy.suspension_prone else None
+    if hint.exhausted:
+        decided = _decision(state, state.rate, ceiling, "advertised_exhausted", now_ms)
+        return replace(decided, pause_s=hint.reset_s)
+    safe = hint.safe_rate
+    assert safe is not None
+    target = max(policy.min_rate, min(policy.max_rate, safe * policy.headroom))
+    recent = state.last_rejection_ms
+    if recent is not None and now_ms - recent < policy.recover_s * 1000.0:
+        # Down at once, up only after recover_s: a downstream that just refused at this
+        # rate is not believed when its headers say more is fine (jitter, or a lie).
+        target = max(policy.min_rate, min(target, state.rate))
+    if ceiling is not None and target > ceiling:
+        if _quiet(state, policy, now_ms):
+            ceiling = target
+        else:
+            target = ceiling
+    return _decision(state, _clamp(target, policy, ceiling), ceiling, "advertised", now_ms)
