@@ -1,0 +1,53 @@
+"""Port terms for the names the keyspace uses.
+
+An operator on the quay knows "customs gateway" and "VERMAS", not ``customs`` or
+``edi.customs.submit``. Unknown names are shown as they are, so a new downstream or
+queue is never hidden for lack of a label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["DOWNSTREAM_LABELS", "QUEUE_LABELS", "downstream_label", "queue_label", "task_label"]
+
+#: Gate (downstream) names as operators say them.
+DOWNSTREAM_LABELS: Mapping[str, str] = {
+    "customs": "customs gateway",
+    "tos": "terminal operating system",
+    "docstore": "document store",
+}
+
+#: Queue names as operators say them.
+QUEUE_LABELS: Mapping[str, str] = {
+    "edi.customs": "customs filings",
+    "edi.tos": "terminal reports",
+    "bulk.dispatch": "manifests (IFCSUM) to split per B/L",
+    "bulk.documents": "bulk documents (B/L PDFs, archive)",
+}
+
+#: Task names by what they carry: the document class an operator recognises.
+_TASK_LABELS: Mapping[str, str] = {
+    "edi.customs.submit": "customs filing (VERMAS / CUSCAR)",
+    "edi.tos.push": "terminal report (COARRI / CODECO)",
+    "bulk.documents.store": "B/L document",
+}
+
+
+def downstream_label(name: str) -> str:
+    """What the page calls gate ``name``."""
+    return DOWNSTREAM_LABELS.get(name, name)
+
+
+def queue_label(name: str) -> str:
+    """What the page calls queue ``name``."""
+    return QUEUE_LABELS.get(name, name)
+
+
+def task_label(task: str) -> str:
+    """The document class a dead letter's task stands for.
+
+    A task of a B/L unit (``bl_number`` set) is labelled by the caller; here only the
+    task name is known.
+    """
+    return _TASK_LABELS.get(task, task)
