@@ -46,7 +46,9 @@ _HEADERS = {
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not "no-referrer": under it Chromium sends "Origin: null" with the console's own
+    # forms, and :func:`_same_origin` could no longer tell them from a sandboxed forgery.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["DOWNSTREAM_LABELS", "QUEUE_LABELS", "downstream_label", "queue_label", "task_label"]
+__all__ = [
+    "DOWNSTREAM_LABELS",
+    "LEVEL_LABELS",
+    "QUEUE_LABELS",
+    "SIGNAL_LABELS",
+    "downstream_label",
+    "queue_label",
+    "task_label",
+]
 
 #: Gate (downstream) names as operators say them.
 DOWNSTREAM_LABELS: Mapping[str, str] = {
@@ -24,6 +32,20 @@ QUEUE_LABELS: Mapping[str, str] = {
     "edi.tos": "terminal reports",
     "bulk.dispatch": "manifests (IFCSUM) to split per B/L",
     "bulk.documents": "bulk documents (B/L PDFs, archive)",
+}
+
+#: A queue's level as the watermarks judge it.
+LEVEL_LABELS: Mapping[str, str] = {
+    "high": "over the high mark",
+    "normal": "within its marks",
+    "low": "under the low mark",
+}
+
+#: What the monitor asks of a queue's worker pool.
+SIGNAL_LABELS: Mapping[str, str] = {
+    "scale_out": "add workers",
+    "hold": "keep workers",
+    "scale_in": "release workers",
 }
 
 #: Task names by what they carry: the document class an operator recognises.

@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidegate.console.labels import downstream_label, queue_label, task_label
+from tidegate.console.labels import (
+    LEVEL_LABELS,
+    SIGNAL_LABELS,
+    downstream_label,
+    queue_label,
+    task_label,
+)
 from tidegate.flow.backends.base import GateSnapshot
 from tidegate.flow.gate import GateState, _state
 from tidegate.load.watermarks import BoardEntry
@@ -114,6 +120,7 @@ class QueueRow:
     hwm: int
     lwm: int
     level: str
+    level_label: str
     shedding: bool
     signal: str
     reason: str
@@ -138,8 +145,9 @@ def queue_rows(board: Mapping[bytes, bytes], time_reply: Sequence[Any]) -> list[
                 hwm=entry.marks.hwm,
                 lwm=entry.marks.lwm,
                 level=entry.state.level.value,
+                level_label=LEVEL_LABELS.get(entry.state.level.value, entry.state.level.value),
                 shedding=entry.state.shedding,
-                signal=entry.state.signal.value,
+                signal=SIGNAL_LABELS.get(entry.state.signal.value, entry.state.signal.value),
                 reason=entry.state.reason,
                 desired_workers=entry.state.desired_workers,
                 age_s=entry.age_s,
