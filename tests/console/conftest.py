@@ -23,7 +23,8 @@ from tidegate.console import ConsoleConfig, Users, create_app, hash_secret
 from tidegate.console.access import Role
 
 CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-CHROMIUM = "/usr/bin/chromium"
+#: Debian's chromium; TIDEGATE_CHROMIUM points elsewhere (tests/console/test_console_ci.py).
+CHROMIUM = os.environ.get("TIDEGATE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

@@ -27,6 +27,7 @@ from tidegate.console.access import User, Users
 from tidegate.console.actions import CONFIRMED, Actions, Publish
 from tidegate.console.csrf import CsrfTokens
 from tidegate.console.errors import BadAction, ConsoleError, CsrfRefused, Unauthenticated
+from tidegate.console.labels import duration_label
 from tidegate.console.reads import DEFAULT_DISCOVER_EVERY_S, RedisReads
 from tidegate.errors import BackendError
 from tidegate.logging import get_logger
@@ -86,20 +87,8 @@ def _templates() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["duration"] = _duration
+    env.filters["duration"] = duration_label
     return env
-
-
-def _duration(seconds: float) -> str:
-    """``42 s``, ``7 min``, ``3 h 5 min``, ``2 d 4 h``: an age an operator reads at a glance."""
-    s = max(0, round(seconds))
-    if s < 120:
-        return f"{s} s"
-    if s < 7200:
-        return f"{s // 60} min"
-    if s < 172_800:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
 def _refusal(exc: ConsoleError | BackendError, env: jinja2.Environment) -> Response:

@@ -15,6 +15,7 @@ __all__ = [
     "QUEUE_LABELS",
     "SIGNAL_LABELS",
     "downstream_label",
+    "duration_label",
     "queue_label",
     "task_label",
 ]
@@ -73,3 +74,15 @@ def task_label(task: str) -> str:
     task name is known.
     """
     return _TASK_LABELS.get(task, task)
+
+
+def duration_label(seconds: float) -> str:
+    """``42 s``, ``7 min``, ``3 h 5 min``, ``2 d 4 h``: an age read at a glance on a wall."""
+    s = max(0, round(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    if s < 172_800:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
