@@ -157,3 +157,44 @@ def test_a_stale_board_entry_is_marked(redis_client: redis.Redis, prefix: str) -
     assert row.stale
     assert row.age_s >= 60
     assert json.dumps(row.label) == '"terminal reports"'
+
+
+def test_a_live_refresh_over_http_is_one_round_trip_per_view(
+    counting_client: redis.Redis, round_trips: Any, prefix: str, make_users: Any
+) -> None:
+    """What the page's script asks every period — ``GET /live/<view>`` — costs Redis one
+    round trip each (sign-in costs none), once the gates have been discovered."""
+    from starlette.testclient import TestClient
+
+    from tidegate.console import ConsoleConfig, create_app
+
+    _fill(counting_client, prefix)
+    app = create_app(counting_client, ConsoleConfig(users=make_users(), prefix=prefix))
+    auth = {"Authorization": "Bearer vic:vic-viewer-secret"}
+    with TestClient(app) as client:
+        assert client.get("/", headers=auth).status_code == 200  # discovers the gates
+        for view in ("gates", "queues", "held"):
+            round_trips.reset()
+            answer = client.get(f"/live/{view}", headers=auth)
+            assert answer.status_code == 200
+            assert len(round_trips) == 1, view
+        assert "terminal operating system" in client.get("/live/gates", headers=auth).text
+
+
+def test_redis_down_is_a_503_not_a_traceback(make_users: Any) -> None:
+    """An unreachable Redis answers the live view 503 (the page then shows it is stale)."""
+    from starlette.testclient import TestClient
+
+    from tidegate.console import ConsoleConfig, create_app
+
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    app = create_app(
+        dead, ConsoleConfig(users=make_users(), prefix="tgtest-dead", gates=("customs",))
+    )
+    with TestClient(app) as client:
+        answer = client.get(
+            "/live/gates", headers={"Authorization": "Bearer vic:vic-viewer-secret"}
+        )
+    assert answer.status_code == 503
+    assert "Refused (503)" in answer.text
+    assert "127.0.0.1" not in answer.text

@@ -92,8 +92,13 @@ def _templates() -> jinja2.Environment:
 
 
 def _refusal(exc: ConsoleError | BackendError, env: jinja2.Environment) -> Response:
-    status = exc.http_status if isinstance(exc, ConsoleError) else 503
-    body = env.get_template("refused.html").render(status=status, message=str(exc))
+    if isinstance(exc, ConsoleError):
+        status, message = exc.http_status, str(exc)
+    else:
+        # redis-py's text names hosts and ports: it goes to the log, not to every viewer.
+        status, message = 503, "the fleet's Redis is unreachable or failing; see the console log"
+        log.error("console_backend_error", error=type(exc).__name__, detail=str(exc))
+    body = env.get_template("refused.html").render(status=status, message=message)
     headers = dict(_HEADERS)
     if isinstance(exc, Unauthenticated):
         headers["WWW-Authenticate"] = 'Basic realm="tidegate console", charset="UTF-8"'
