@@ -238,6 +238,21 @@ def test_bad_action_is_a_400_and_writes_nothing(
     assert (after.policy, after.paused_for_s) == (before.policy, before.paused_for_s)
 
 
+def test_an_unknown_gate_is_refused_and_gets_no_keys(
+    app_client: TestClient, redis_client: redis.Redis, prefix: str, operator: User
+) -> None:
+    """A gate the console does not show (a typo, a forged name) is a 400, and no key of
+    it is written."""
+    page = app_client.get("/", headers=basic(operator))
+    answer = app_client.post(
+        "/act/pause",
+        headers=basic(operator),
+        data={"csrf": csrf_of(page.text), "target": "custom", "seconds": "60", "confirmed": "yes"},
+    )
+    assert answer.status_code == 400
+    assert list(redis_client.scan_iter(match=f"{prefix}:gate:{{custom}}*")) == []
+
+
 def test_unknown_action_is_refused(
     app_client: TestClient,
     operator: User,

@@ -9,7 +9,7 @@ naming who, what and the outcome — never a payload or a key.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,12 +75,22 @@ class Actions:
         client: a sync Redis client.
         prefix: tidegate's key prefix.
         publish: republishes a dead letter; ``None`` disables replay (the page says so).
+        gates: the gates the console shows; an action names one of them or is refused,
+            so a typo never creates the keys of a gate nobody uses.
     """
 
-    def __init__(self, client: redis.Redis, *, prefix: str, publish: Publish | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str,
+        publish: Publish | None = None,
+        gates: Callable[[], Sequence[str]] = tuple,
+    ) -> None:
         self.client = client
         self.prefix = prefix
         self.publish = publish
+        self._gates = gates
 
     def authorize(self, user: User, action: str, target: str) -> None:
         """Refuse (and audit the refusal) unless ``user`` may do ``action`` at all.
@@ -138,8 +148,8 @@ class Actions:
         )
 
     def _gate(self, name: str) -> Gate:
-        if not name:
-            raise BadAction("a gate name is required")
+        if name not in self._gates():
+            raise BadAction(f"no downstream gate {name!r} on this console")
         return Gate(self.client, name, prefix=self.prefix)
 
     def pause(self, target: str, form: Mapping[str, str]) -> Outcome:

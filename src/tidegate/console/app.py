@@ -27,7 +27,7 @@ from tidegate.console.access import User, Users
 from tidegate.console.actions import CONFIRMED, Actions, Publish
 from tidegate.console.csrf import CsrfTokens
 from tidegate.console.errors import BadAction, ConsoleError, CsrfRefused, Unauthenticated
-from tidegate.console.labels import duration_label
+from tidegate.console.labels import downstream_label, duration_label
 from tidegate.console.reads import DEFAULT_DISCOVER_EVERY_S, RedisReads
 from tidegate.errors import BackendError
 from tidegate.logging import get_logger
@@ -141,7 +141,7 @@ def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
     reads = RedisReads(
         client, prefix=config.prefix, gates=config.gates, discover_every_s=config.discover_every_s
     )
-    actions = Actions(client, prefix=config.prefix, publish=config.publish)
+    actions = Actions(client, prefix=config.prefix, publish=config.publish, gates=reads.gate_names)
     csrf = CsrfTokens(config.csrf_secret)
 
     def guarded(
@@ -214,7 +214,7 @@ def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
             return render(
                 "confirm.html",
                 action=action,
-                target=target,
+                target=downstream_label(target) if action != "replay" else target,
                 fields=_shown_fields(form),
                 hidden={k: v for k, v in form.items() if k != "confirmed"},
             )
