@@ -27,6 +27,7 @@ from tidegate.console.publish import celery_publisher
 from tidegate.flow import Gate
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.depth import QueueDepth
+from tidegate.load.parking import ParkingLot
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.load.watermarks import (
     BoardEntry,
@@ -266,7 +267,8 @@ def test_page_weight_and_nothing_private_shown(as_operator: Page, console_url: s
 
 
 def _busy_port(client: redis.Redis, prefix: str) -> None:
-    """A vessel working: the terminal's gate paused, queues published, a PDF shed."""
+    """A vessel working: the terminal's gate paused, queues published, a PDF shed,
+    terminal reports parked until the pause ends."""
     tos = Gate(client, "tos", prefix=prefix)
     tos.configure(rate=5.0, burst=10, concurrency=8)
     tos.pause(240, "503 from the TOS")
@@ -297,6 +299,9 @@ def _busy_port(client: redis.Redis, prefix: str) -> None:
             ),
         ]
     )
+    lot = ParkingLot(client, prefix=prefix)
+    for _ in range(3):
+        lot.park({"task": "edi.tos.push"}, delay_s=240, reason="gate_paused")
     Quarantine(client, prefix=prefix).add(
         QuarantinedDocument(
             key="pdf-0001",
@@ -329,6 +334,7 @@ def test_fits_a_phone_and_a_desktop(  # noqa: PLR0917 - pytest passes fixtures b
         page = context.new_page()
         page.goto(console_url)
         expect(page.locator("#dlq")).to_be_visible()
+        expect(page.locator('#parked [data-field="parked"]')).to_have_text("3")
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= viewport["width"]
         folder = Path(os.environ.get("TIDEGATE_CONSOLE_SCREENSHOTS") or tmp_path)

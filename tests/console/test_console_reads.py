@@ -17,6 +17,7 @@ from tidegate.console.reads import RedisReads
 from tidegate.flow import Gate
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.depth import QueueDepth
+from tidegate.load.parking import ParkingLot
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.load.watermarks import BoardEntry, LoadBoard, LoadState, Watermarks
 
@@ -59,6 +60,9 @@ def _fill(client: redis.Redis, prefix: str) -> None:
             first_failed_at=time.time() - 30,
         )
     )
+    lot = ParkingLot(client, prefix=prefix)
+    lot.park({"task": "edi.customs.submit"}, delay_s=60, reason="gate_paused")
+    lot.park({"task": "edi.tos.push"}, delay_s=3600, reason="backoff")
     Quarantine(client, prefix=prefix).add(
         QuarantinedDocument(
             key="pdf-1", document_class="BULK_BL_PDF", queue="bulk.documents", task="bulk.store"
@@ -91,7 +95,7 @@ def test_every_view_reads_its_figures(redis_client: redis.Redis, prefix: str) ->
         6,
         False,
     )
-    letters, shed = reads.held_back()
+    letters, shed, lot = reads.held_back()
     assert [(g.reason, g.count) for g in letters] == [
         ("rejected by customs: VGM missing", 3),
         ("timeout", 1),
@@ -99,6 +103,11 @@ def test_every_view_reads_its_figures(redis_client: redis.Redis, prefix: str) ->
     assert 590 < letters[0].oldest_age_s < 700
     assert letters[1].document_class == "terminal report (COARRI / CODECO), per B/L"
     assert [(g.document_class, g.count) for g in shed] == [("BULK_BL_PDF", 1)]
+    assert (lot.waiting, lot.moving) == (2, 0)
+    assert lot.next_due_s is not None
+    assert lot.last_due_s is not None
+    assert 50 < lot.next_due_s <= 60
+    assert 3500 < lot.last_due_s <= 3600
 
 
 def test_one_round_trip_per_view_whatever_the_number_of_gates(

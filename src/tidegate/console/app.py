@@ -163,8 +163,8 @@ def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
             return {"gates": reads.gates(reads.gate_names())}
         if view == "queues":
             return {"queues": reads.queues()}
-        letters, shed = reads.held_back()
-        return {"letters": letters, "shed": shed}
+        letters, shed, lot = reads.held_back()
+        return {"letters": letters, "shed": shed, "parked": lot}
 
     def render(name: str, code: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(

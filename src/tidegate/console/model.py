@@ -29,9 +29,11 @@ __all__ = [
     "GATE_REPLIES",
     "GateRow",
     "LetterGroup",
+    "Parked",
     "QueueRow",
     "gate_rows",
     "letter_groups",
+    "parked",
     "queue_rows",
 ]
 
@@ -212,6 +214,40 @@ def quarantine_groups(
     return _sorted(
         LetterGroup(reason, cls, int(n), max(0.0, age))
         for (reason, cls), (n, age) in groups.items()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """The parking lot: units waiting in Redis for a long gate wait or a backoff.
+
+    Attributes:
+        waiting: parked units not yet due or not yet claimed.
+        moving: units a mover claimed and is republishing.
+        next_due_s / last_due_s: seconds until the first and the last is due (negative:
+            overdue — the mover is behind); ``None`` when nothing waits.
+    """
+
+    waiting: int
+    moving: int
+    next_due_s: float | None
+    last_due_s: float | None
+
+
+def parked(
+    waiting: int,
+    moving: int,
+    first: Sequence[tuple[bytes, float]],
+    last: Sequence[tuple[bytes, float]],
+    time_reply: Sequence[Any],
+) -> Parked:
+    """The parking lot from its two ``ZCARD``s and the first and last due entries."""
+    now_ms = now_ms_of(time_reply)
+    return Parked(
+        int(waiting),
+        int(moving),
+        (first[0][1] - now_ms) / 1000 if first else None,
+        (last[0][1] - now_ms) / 1000 if last else None,
     )
 
 

@@ -21,9 +21,11 @@ from tidegate._redis import map_redis_errors
 from tidegate.console.model import (
     GateRow,
     LetterGroup,
+    Parked,
     QueueRow,
     gate_rows,
     letter_groups,
+    parked,
     quarantine_groups,
     queue_rows,
 )
@@ -94,20 +96,29 @@ class RedisReads:
             board, now = pipe.execute()
         return queue_rows(board, now)
 
-    def held_back(self) -> tuple[list[LetterGroup], list[LetterGroup]]:
-        """Dead letters and quarantined documents, by reason and class.
+    def held_back(self) -> tuple[list[LetterGroup], list[LetterGroup], Parked]:
+        """Dead letters and quarantined documents by reason and class, and parked units.
 
         Warning: every record is read on each refresh (payloads included, never
         rendered), so a DLQ of many thousands of large records makes this view heavy.
         """
         dlq = f"{self.prefix}:{{dlq}}"
         quarantine = f"{self.prefix}:{{quarantine}}"
+        parking = f"{self.prefix}:{{parking}}"
         with map_redis_errors("console dead letters"):
             pipe = self.client.pipeline(transaction=False)
             pipe.hvals(f"{dlq}:records")
             pipe.zrange(f"{dlq}:replaying", 0, -1, withscores=True)
             pipe.hgetall(f"{quarantine}:records")
             pipe.hgetall(f"{quarantine}:since")
+            pipe.zcard(f"{parking}:due")
+            pipe.zcard(f"{parking}:inflight")
+            pipe.zrange(f"{parking}:due", 0, 0, withscores=True)
+            pipe.zrange(f"{parking}:due", -1, -1, withscores=True)
             pipe.time()
-            letters, replaying, shed, since, now = pipe.execute()
-        return letter_groups(letters, replaying, now), quarantine_groups(shed, since, now)
+            letters, replaying, shed, since, waiting, moving, first, last, now = pipe.execute()
+        return (
+            letter_groups(letters, replaying, now),
+            quarantine_groups(shed, since, now),
+            parked(waiting, moving, first, last, now),
+        )
