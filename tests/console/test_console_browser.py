@@ -282,7 +282,7 @@ def _busy_port(client: redis.Redis, prefix: str) -> None:
                     depth=1850,
                     level=Level.HIGH,
                     signal=Signal.SCALE_OUT,
-                    reason="backlog_over_hwm",
+                    reason="above_hwm",
                     desired_workers=6,
                 ),
                 depth=QueueDepth("edi.customs", ready=1800, unacked=50),

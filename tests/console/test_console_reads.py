@@ -32,7 +32,7 @@ def _fill(client: redis.Redis, prefix: str) -> None:
     board.publish(
         [
             BoardEntry(
-                state=LoadState("edi.customs", depth=1200, reason="backlog", desired_workers=6),
+                state=LoadState("edi.customs", depth=1200, reason="above_hwm", desired_workers=6),
                 depth=QueueDepth("edi.customs", ready=1100, unacked=100),
                 marks=Watermarks(hwm=1000, lwm=200),
                 sampled_at_ms=board.now_ms(),
@@ -95,6 +95,7 @@ def test_every_view_reads_its_figures(redis_client: redis.Redis, prefix: str) ->
         6,
         False,
     )
+    assert queue.reason == "backlog over the high mark"
     letters, shed, lot = reads.held_back()
     assert [(g.reason, g.count) for g in letters] == [
         ("rejected by customs: VGM missing", 3),

@@ -13,6 +13,7 @@ __all__ = [
     "DOWNSTREAM_LABELS",
     "LEVEL_LABELS",
     "QUEUE_LABELS",
+    "REASON_LABELS",
     "SIGNAL_LABELS",
     "downstream_label",
     "duration_label",
@@ -47,6 +48,17 @@ SIGNAL_LABELS: Mapping[str, str] = {
     "scale_out": "add workers",
     "hold": "keep workers",
     "scale_in": "release workers",
+}
+
+#: Why the monitor asked what it asked (:func:`tidegate.load.watermarks.advance`).
+REASON_LABELS: Mapping[str, str] = {
+    "above_hwm": "backlog over the high mark",
+    "drained_to_lwm": "drained to the low mark",
+    "within_watermarks": "backlog within its marks",
+    "downstream_paused": "the downstream paused us",
+    "downstream_concurrency": "every downstream connection busy",
+    "downstream_rate": "the downstream's rate is the limit",
+    "no_sample": "not sampled yet",
 }
 
 #: Task names by what they carry: the document class an operator recognises.

@@ -15,6 +15,7 @@ from typing import Any
 
 from tidegate.console.labels import (
     LEVEL_LABELS,
+    REASON_LABELS,
     SIGNAL_LABELS,
     downstream_label,
     queue_label,
@@ -150,7 +151,7 @@ def queue_rows(board: Mapping[bytes, bytes], time_reply: Sequence[Any]) -> list[
                 level_label=LEVEL_LABELS.get(entry.state.level.value, entry.state.level.value),
                 shedding=entry.state.shedding,
                 signal=SIGNAL_LABELS.get(entry.state.signal.value, entry.state.signal.value),
-                reason=entry.state.reason,
+                reason=REASON_LABELS.get(entry.state.reason, entry.state.reason.replace("_", " ")),
                 desired_workers=entry.state.desired_workers,
                 age_s=entry.age_s,
                 stale=not entry.fresh(),
