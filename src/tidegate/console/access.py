@@ -142,6 +142,10 @@ class Users:
             _check_stored(name, stored)
             self._stored[name] = (role, stored)
         self.allow_anonymous_read = allow_anonymous_read
+        iterations = max(
+            (int(stored.split("$")[1]) for _, stored in self._stored.values()), default=1
+        )
+        self._decoy = hash_secret("decoy", iterations=iterations)
         self._verified: dict[str, User] = {}
         self._lock = threading.Lock()
 
@@ -194,7 +198,9 @@ class Users:
         if known is not None:
             return known
         entry = self._stored.get(name)
-        if entry is None or not _verify(secret, entry[1]):
+        # An unknown name costs the same PBKDF2 as a known one: timing does not tell
+        # which user names exist.
+        if not _verify(secret, entry[1] if entry is not None else self._decoy) or entry is None:
             raise Unauthenticated("unknown user or wrong secret")
         user = User(name, entry[0])
         with self._lock:
