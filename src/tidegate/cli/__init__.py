@@ -47,6 +47,7 @@ def cli(log_level: str, log_file: TextIO | None) -> None:
 
 
 def _register() -> None:
+    from tidegate.cli.console import console
     from tidegate.cli.demo import demo
     from tidegate.cli.dlq import dlq
     from tidegate.cli.edi import edi
@@ -64,6 +65,7 @@ def _register() -> None:
     cli.add_command(watermarks)
     cli.add_command(demo)
     cli.add_command(intake)
+    cli.add_command(console)
 
 
 _register()

@@ -1,0 +1,124 @@
+"""The live views' reads: one pipelined round trip per view per refresh.
+
+The page refreshes every view every second or two, from every open browser; a read
+that took one round trip per gate or per record would multiply with both. Each
+method here queues every command its view needs on one pipeline and sends it once;
+the figures are built from the replies by :mod:`tidegate.console.model`.
+
+The one exception is finding gates: their names are only in the keyspace, and SCAN
+takes as many round trips as the keyspace needs. So names are discovered at most
+every ``discover_every_s`` (and the gates named at start are always shown).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import redis
+
+from tidegate._redis import map_redis_errors
+from tidegate.console.model import (
+    GateRow,
+    LetterGroup,
+    Parked,
+    QueueRow,
+    gate_rows,
+    letter_groups,
+    parked,
+    quarantine_groups,
+    queue_rows,
+)
+from tidegate.flow.backends.base import DEFAULT_PREFIX, GateKeys
+from tidegate.flow.gate import fleet_gate_names
+
+__all__ = ["DEFAULT_DISCOVER_EVERY_S", "RedisReads"]
+
+#: How often the set of gates is looked for again (a SCAN of the keyspace), seconds.
+DEFAULT_DISCOVER_EVERY_S = 15.0
+
+
+class RedisReads:
+    """The console's reads over one Redis.
+
+    Args:
+        client: a sync Redis client.
+        prefix: tidegate's key prefix.
+        gates: gates always shown, whether or not the fleet holds state for them.
+        discover_every_s: how often other gates are looked for (0: never).
+        monotonic: the clock that spaces discoveries (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        gates: Sequence[str] = (),
+        discover_every_s: float = DEFAULT_DISCOVER_EVERY_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self._named = tuple(gates)
+        self._found: tuple[str, ...] = ()
+        self._discover_every_s = discover_every_s
+        self._monotonic = monotonic
+        self._next_discovery = float("-inf")
+
+    def gate_names(self) -> list[str]:
+        """The gates shown: those named at start and those found in the keyspace."""
+        if self._discover_every_s > 0 and self._monotonic() >= self._next_discovery:
+            self._found = tuple(fleet_gate_names(self.client, prefix=self.prefix))
+            self._next_discovery = self._monotonic() + self._discover_every_s
+        return sorted(set(self._named) | set(self._found))
+
+    def gates(self, names: Sequence[str]) -> list[GateRow]:
+        """Every gate in ``names``: rate, burst, tokens, pause, leases."""
+        with map_redis_errors("console gates"):
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                keys = GateKeys.build(name, prefix=self.prefix)
+                pipe.hgetall(keys.config)
+                pipe.hgetall(keys.pause)
+                pipe.zcard(keys.leases)
+                pipe.get(keys.tat)
+            pipe.time()
+            replies = pipe.execute()
+        return gate_rows(names, replies)
+
+    def queues(self) -> list[QueueRow]:
+        """Every queue the monitor published: depth, watermarks, signal, workers."""
+        with map_redis_errors("console queues"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(f"{self.prefix}:{{load}}:board")
+            pipe.time()
+            board, now = pipe.execute()
+        return queue_rows(board, now)
+
+    def held_back(self) -> tuple[list[LetterGroup], list[LetterGroup], Parked]:
+        """Dead letters and quarantined documents by reason and class, and parked units.
+
+        Warning: every record is read on each refresh (payloads included, never
+        rendered), so a DLQ of many thousands of large records makes this view heavy.
+        """
+        dlq = f"{self.prefix}:{{dlq}}"
+        quarantine = f"{self.prefix}:{{quarantine}}"
+        parking = f"{self.prefix}:{{parking}}"
+        with map_redis_errors("console dead letters"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hvals(f"{dlq}:records")
+            pipe.zrange(f"{dlq}:replaying", 0, -1, withscores=True)
+            pipe.hgetall(f"{quarantine}:records")
+            pipe.hgetall(f"{quarantine}:since")
+            pipe.zcard(f"{parking}:due")
+            pipe.zcard(f"{parking}:inflight")
+            pipe.zrange(f"{parking}:due", 0, 0, withscores=True)
+            pipe.zrange(f"{parking}:due", -1, -1, withscores=True)
+            pipe.time()
+            letters, replaying, shed, since, waiting, moving, first, last, now = pipe.execute()
+        return (
+            letter_groups(letters, replaying, now),
+            quarantine_groups(shed, since, now),
+            parked(waiting, moving, first, last, now),
+        )
