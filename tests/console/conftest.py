@@ -151,9 +151,13 @@ def serve() -> Iterator[Callable[[redis.Redis, ConsoleConfig], Served]]:
         thread.join(15)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's headless Chromium; skips locally, fails under CI, when it cannot start."""
+    """Debian's headless Chromium; skips locally, fails under CI, when it cannot start.
+
+    Module-scoped: Playwright's sync API keeps an event loop running in the main thread
+    while it lives, and every asyncio test after it would find that loop running.
+    """
     from playwright.sync_api import Error, sync_playwright
 
     if not os.path.exists(CHROMIUM):
