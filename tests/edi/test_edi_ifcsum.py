@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 from tidegate.edi import (
     BLUnit,
@@ -230,3 +231,47 @@ def test_keys_survive_a_terminator_change_with_a_literal_apostrophe() -> None:
     (plain_unit,) = units_of(plain)
     assert tilde_unit.idempotency_key == plain_unit.idempotency_key
     assert tilde_unit.raw == "CNI+1+C~RFF+BM:B1~FTX+AAA+++O'BRIEN~"
+
+
+def test_units_handed_on_as_carved_are_the_same_and_are_not_kept() -> None:
+    """With ``on_unit`` every unit is handed over in order and none is kept: a manifest
+    of any size holds one unit at a time (the bulk dispatch stores each as it comes)."""
+    from tidegate.edi import Intake
+    from tidegate.edi.synthetic import synthetic_ifcsum
+
+    data = synthetic_ifcsum(300, seed=5, bl_every=("BM",))
+    kept = [u for result in Intake(data) for u in result.units]
+    handed: list[Any] = []
+    results = list(Intake(data, on_unit=handed.append))
+    assert [u.idempotency_key for u in handed] == [u.idempotency_key for u in kept]
+    assert len(handed) == 300
+    assert all(result.units == () for result in results)
+    assert not [f for r in results for f in r.findings if f.code.name == "NO_CONSIGNMENTS"]
+
+
+def test_carving_a_large_manifest_holds_a_unit_not_the_manifest() -> None:
+    """Peak memory while carving 1,000 and then 4,000 consignments (tracemalloc, same
+    run): kept, the units grow with the manifest; handed on, they do not."""
+    import tracemalloc
+
+    from tidegate.edi import Intake
+    from tidegate.edi.synthetic import synthetic_ifcsum
+
+    def peak(consignments: int, **kwargs: Any) -> int:
+        data = synthetic_ifcsum(consignments, seed=6, bl_every=("BM",))
+        chunks = [data[i : i + 65_536] for i in range(0, len(data), 65_536)]
+        tracemalloc.start()
+        try:
+            for _ in Intake(iter(chunks), **kwargs):
+                pass
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    def drop(unit: Any) -> None:
+        del unit
+
+    kept = peak(4_000) - peak(1_000)
+    streamed = peak(4_000, on_unit=drop) - peak(1_000, on_unit=drop)
+    assert kept > 3_000_000, f"keeping 3,000 more units took only {kept} B"
+    assert streamed < kept / 10, f"streamed grew {streamed} B, kept grew {kept} B"

@@ -67,11 +67,13 @@ def unit_record(unit: BLUnit, batch_id: str) -> dict[str, Any]:
     }
 
 
-def _units(source: bytes | Iterable[bytes], batch_id: str) -> Iterator[dict[str, Any]]:
-    """Every consignment of every IFCSUM message in ``source``, streaming."""
-    for result in Intake(source):
-        for unit in result.units:
-            yield unit_record(unit, batch_id)
+def _save_units(store: BatchStore, batch_id: str, source: bytes | Iterable[bytes]) -> int:
+    """Carve every consignment of every IFCSUM message in ``source`` and store each as it
+    is carved: no list of a manifest's units is ever built."""
+    writer = store.unit_writer(batch_id)
+    for _ in Intake(source, on_unit=lambda unit: writer.add(unit_record(unit, batch_id))):
+        pass
+    return writer.close()
 
 
 def _document(store: BatchStore, manifest: Mapping[str, Any]) -> bytes | Iterator[bytes]:
@@ -320,12 +322,11 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             log.info("batch_dispatch_skipped", batch_id=batch_id, reason="already_dispatched")
             return {"status": "already_dispatched", "batch_id": batch_id}
         try:
-            count = store.save_units(batch_id, _units(_document(store, manifest), batch_id))
+            count = _save_units(store, batch_id, _document(store, manifest))
         except EdifactError as exc:
             store.discard_units(batch_id)
             reason = _dead_letter_manifest(app, manifest, batch_id, exc)
             return {"status": "dead_lettered", "batch_id": batch_id, "reason": reason}
-        count = store.save_units(batch_id, _units(_document(store, manifest), batch_id))
         expected = 0
         for keys in store.unit_keys(batch_id):
             for key in keys:

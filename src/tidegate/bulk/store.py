@@ -22,13 +22,53 @@ import redis
 from tidegate._redis import lua_script, map_redis_errors
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 
-__all__ = ["DEFAULT_BATCH_TTL_S", "DOCUMENT_CHUNK", "BatchStore"]
+__all__ = ["DEFAULT_BATCH_TTL_S", "DOCUMENT_CHUNK", "BatchStore", "UnitWriter"]
 
 #: How long a batch's units and summary are kept, in seconds.
 DEFAULT_BATCH_TTL_S = 7 * 24 * 3600
 _PIPELINE_CHUNK = 500
 #: Bytes per stored chunk of a manifest document.
 DOCUMENT_CHUNK = 256 * 1024
+
+
+class UnitWriter:
+    """Units pushed one at a time, written 500 at a time: the batch's hash of units and
+    the sorted set of their first positions. Whoever carves the units never holds more
+    than one chunk of them."""
+
+    def __init__(self, store: BatchStore, batch_id: str) -> None:
+        self._store = store
+        self._units = store._key(batch_id, "units")
+        self._order = store._key(batch_id, "order")
+        self._chunk: dict[Any, Any] = {}
+        self._positions: dict[Any, Any] = {}
+        self.count = 0
+
+    def add(self, unit: Mapping[str, Any]) -> None:
+        """Buffer one unit; a full chunk is written at once."""
+        key = str(unit["key"])
+        self._chunk[key] = json.dumps(unit, separators=(",", ":"))
+        self._positions.setdefault(key, self.count)
+        self.count += 1
+        if len(self._chunk) >= _PIPELINE_CHUNK:
+            self._flush()
+
+    def close(self) -> int:
+        """Write what is buffered; returns how many units were added."""
+        if self._chunk:
+            self._flush()
+        return self.count
+
+    def _flush(self) -> None:
+        ttl = self._store.ttl_s
+        with map_redis_errors("save batch units"):
+            pipe = self._store.client.pipeline(transaction=False)
+            pipe.hset(self._units, mapping=self._chunk)
+            pipe.zadd(self._order, self._positions, nx=True)
+            pipe.expire(self._units, ttl)
+            pipe.expire(self._order, ttl)
+            pipe.execute()
+        self._chunk, self._positions = {}, {}
 
 
 class BatchStore:
@@ -55,30 +95,14 @@ class BatchStore:
     def save_units(self, batch_id: str, units: Iterable[Mapping[str, Any]]) -> int:
         """Store units (each with a ``"key"``) in chunks, and their order; returns how many
         were read (a key seen twice is stored once)."""
-        key, order = self._key(batch_id, "units"), self._key(batch_id, "order")
-        count = 0
-        chunk: dict[Any, Any] = {}
-        positions: dict[Any, Any] = {}
+        writer = self.unit_writer(batch_id)
+        for unit in units:
+            writer.add(unit)
+        return writer.close()
 
-        def flush() -> None:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hset(key, mapping=chunk)
-            pipe.zadd(order, positions, nx=True)
-            pipe.expire(key, self.ttl_s)
-            pipe.expire(order, self.ttl_s)
-            pipe.execute()
-
-        with map_redis_errors("save batch units"):
-            for unit in units:
-                chunk[str(unit["key"])] = json.dumps(unit, separators=(",", ":"))
-                positions.setdefault(str(unit["key"]), count)
-                count += 1
-                if len(chunk) >= _PIPELINE_CHUNK:
-                    flush()
-                    chunk, positions = {}, {}
-            if chunk:
-                flush()
-        return count
+    def unit_writer(self, batch_id: str) -> UnitWriter:
+        """A writer to push units to as they are carved (see :class:`UnitWriter`)."""
+        return UnitWriter(self, batch_id)
 
     def unit_keys(self, batch_id: str, page: int = _PIPELINE_CHUNK) -> Iterator[list[str]]:
         """The batch's distinct unit keys in manifest order, ``page`` at a time."""

@@ -18,6 +18,7 @@ the position is part of it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from operator import attrgetter
 from typing import Any, Literal, NamedTuple
 
@@ -224,10 +225,21 @@ class ConsignmentSplitter:
 
     boundary_tags = frozenset({"CNI"})
 
-    def __init__(self, message: Message, *, policy: FindingPolicy = DEFAULT_POLICY) -> None:
+    def __init__(
+        self,
+        message: Message,
+        *,
+        policy: FindingPolicy = DEFAULT_POLICY,
+        on_unit: Callable[[BLUnit], object] | None = None,
+    ) -> None:
         # Only the identifying strings are kept, not the message: the message refers
         # to its consumer, and a cycle would keep every finished manifest alive until
         # the cyclic garbage collector ran.
+        #: Each finished unit goes to ``on_unit`` when one is given, and is not kept:
+        #: a manifest of 100,000 B/Ls then never holds more than the one being read.
+        self._on_unit = on_unit
+        #: Units finished so far, whether kept in :attr:`units` or handed on.
+        self.unit_count = 0
         self._sender = message.sender
         self._control_reference = message.control_reference
         self._reference = message.reference
@@ -286,7 +298,8 @@ class ConsignmentSplitter:
 
     def _finish(self, group: list[Segment], *, truncated: bool) -> None:
         policy = self._policy
-        position = len(self.units) + 1
+        self.unit_count += 1
+        position = self.unit_count
         cni = group[0]
         findings: list[Finding] = []
         number = cni.get(1).strip()
@@ -326,31 +339,33 @@ class ConsignmentSplitter:
         normalised, raw = _texts(group)
         sender = self._sender
         control_reference = self._control_reference
-        self.units.append(
-            BLUnit(
-                idempotency_key(
-                    sender=sender,
-                    interchange_reference=control_reference,
-                    message_reference=self._reference,
-                    position=position,
-                    normalised_text=normalised,
-                ),
-                position,
-                number,
-                bl,
-                source,
-                reason,
-                sender,
-                control_reference,
-                self._reference,
-                tuple(containers),
-                tuple(findings),
-                cni.index,
-                cni.offset,
-                len(group),
-                raw,
-            )
+        unit = BLUnit(
+            idempotency_key(
+                sender=sender,
+                interchange_reference=control_reference,
+                message_reference=self._reference,
+                position=position,
+                normalised_text=normalised,
+            ),
+            position,
+            number,
+            bl,
+            source,
+            reason,
+            sender,
+            control_reference,
+            self._reference,
+            tuple(containers),
+            tuple(findings),
+            cni.index,
+            cni.offset,
+            len(group),
+            raw,
         )
+        if self._on_unit is not None:
+            self._on_unit(unit)
+        else:
+            self.units.append(unit)
         self._finished_segments += len(group)
         self._last_finished = group[-1]
 

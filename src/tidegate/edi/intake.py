@@ -8,7 +8,7 @@ extractors, so that every decision stays in the module that owns it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from tidegate.edi.classify import DEFAULT_ROUTES, Classification, Route, classify
@@ -64,6 +64,9 @@ class Intake:
         policy: grades findings; ``strict=True`` raises on stream/envelope errors.
         routes: the routing table.
         max_segment_bytes: see :data:`~tidegate.edi.DEFAULT_MAX_SEGMENT_BYTES`.
+        on_unit: called with each B/L unit of a split class as soon as it is carved;
+            the units are then not kept (each result's ``units`` is empty), so a
+            manifest of any size holds one unit at a time.
 
     :attr:`findings` and :attr:`interchanges` describe the stream outside the
     messages and are complete once iteration has finished.
@@ -81,9 +84,11 @@ class Intake:
         policy: FindingPolicy = DEFAULT_POLICY,
         routes: tuple[Route, ...] = DEFAULT_ROUTES,
         max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES,
+        on_unit: Callable[[BLUnit], object] | None = None,
     ) -> None:
         self._policy = policy
         self._routes = routes
+        self._on_unit = on_unit
         self.reader = EnvelopeReader(
             source,
             policy=policy,
@@ -105,7 +110,7 @@ class Intake:
         # Split classes are carved while they are read: a manifest's consignments are
         # released one by one instead of holding every segment until the UNT.
         if classify(message.identifier, routes=self._routes).document_class.split:
-            return ConsignmentSplitter(message, policy=self._policy)
+            return ConsignmentSplitter(message, policy=self._policy, on_unit=self._on_unit)
         return None
 
     def __iter__(self) -> Iterator[IntakeResult]:
@@ -144,7 +149,8 @@ class Intake:
             )
         else:
             extraction = extract(message, classification.document_class, policy=policy)
-        if classification.document_class.split and not units:
+        unit_count = splitter.unit_count if isinstance(splitter, ConsignmentSplitter) else 0
+        if classification.document_class.split and not unit_count:
             findings.append(
                 policy.make(
                     FindingCode.NO_CONSIGNMENTS,

@@ -30,7 +30,7 @@ from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.replay import replay_dead_letters
 from tidegate.ops.fleet import Fleet, Pool
 from tidegate.ops.reconcile import reconcile
-from tidegate.ops.vessel_demo import Sample, cleanup_prefix, queue_depths
+from tidegate.ops.vessel_demo import Sample, cleanup_prefix, peak_by_process, queue_depths
 from tidegate.sim import TosSim
 
 __all__ = ["BulkConfig", "run_bulk_demo"]
@@ -47,6 +47,20 @@ class BulkConfig:
     workers: int = 2
     seed: int = 7
     timeout_s: float = 900.0
+
+
+def _memory_look(fleet: Fleet, peak_rss: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Raise each pool's total peak in ``peak_rss``; return the main process and the
+    largest child of each pool, MiB (the dispatch and parse children are in ``bulk``)."""
+    by_process = {}
+    for name, usage in fleet.rss_by_process().items():
+        total = usage.main_mb + sum(usage.children_mb.values())
+        peak_rss[name] = max(peak_rss.get(name, 0.0), total)
+        by_process[name] = {
+            "main": round(usage.main_mb, 1),
+            "child": round(max(usage.children_mb.values(), default=0.0), 1),
+        }
+    return by_process
 
 
 def run_bulk_demo(
@@ -88,8 +102,7 @@ def run_bulk_demo(
 
         def look() -> Sample:
             stats = tos.stats(timeline=False)
-            for name, rss in fleet.rss_mb().items():
-                peak_rss[name] = max(peak_rss.get(name, 0.0), rss)
+            by_process = _memory_look(fleet, peak_rss)
             sample = Sample(
                 t=round(time.monotonic() - start, 3),
                 depth=queue_depths(client, ["bulk.dispatch", "bl.parse", "edi.tos"]),
@@ -99,6 +112,7 @@ def run_bulk_demo(
                 parked=0,
                 dead_lettered=len(dlq),
                 rss_mb=round(sum(peak_rss.values()), 1),
+                rss_by_process=by_process,
             )
             samples.append(sample)
             if on_sample is not None:
@@ -164,6 +178,7 @@ def run_bulk_demo(
         "bls_per_s": round(len(bls) / fanned_out_s, 1) if fanned_out_s else None,
         "elapsed_s": samples[-1].t if samples else 0.0,
         "peak_worker_rss_mb": {name: round(v, 1) for name, v in peak_rss.items()},
+        "peak_worker_rss_mb_by_process": peak_by_process(samples),
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
     }
     cleanup_prefix(client, prefix)
