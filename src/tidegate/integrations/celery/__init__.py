@@ -7,7 +7,8 @@
 visibility-timeout check) and installs worker hooks: the check again at worker start
 (a misconfigured worker refuses to start), the discard guard (a message Celery would drop
 and log whole is dead-lettered instead, see :mod:`tidegate.integrations.celery.discards`),
-publish tracking for the app's gated tasks,
+a Redis broker whose refused writes (OOM, READONLY) wait instead of killing the worker
+(:mod:`tidegate.integrations.celery.broker`), publish tracking for the app's gated tasks,
 a purge of finished tasks' time-limit timers in each worker's event loop (they would
 otherwise hold every task of the last soft-limit window), and a :class:`ParkingMover`
 in each worker's main process that also runs the orphan sweep (a Redis broker can lose
@@ -21,6 +22,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from tidegate.integrations.celery.broker import install_write_tolerant_broker
 from tidegate.integrations.celery.discards import DiscardGuard, install_discard_guard
 from tidegate.integrations.celery.gated import ATTEMPT_HEADER, GatedTask
 from tidegate.integrations.celery.mover import ParkingMover
@@ -47,6 +49,7 @@ __all__ = [
     "check_visibility_timeout",
     "configure",
     "install_discard_guard",
+    "install_write_tolerant_broker",
     "setup",
     "track_publishes",
 ]
@@ -58,6 +61,7 @@ def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True
     """Configure ``app`` and install tidegate's worker hooks; returns ``app``."""
     configure(app, preset)
     install_discard_guard(app)
+    install_write_tolerant_broker(app)
 
     def _check(sender: Any = None, **_: Any) -> None:
         check_visibility_timeout(app)
