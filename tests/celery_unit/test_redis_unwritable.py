@@ -15,6 +15,8 @@ import pytest
 import redis
 from celery import Celery
 from kombu import Connection
+from prometheus_client import generate_latest
+from structlog.testing import capture_logs
 
 from tidegate._redis import client_from_url, map_redis_errors
 from tidegate.errors import BackendUnavailable, BackendUnwritable
@@ -23,6 +25,9 @@ from tidegate.integrations.celery import GatedTask, setup
 from tidegate.integrations.celery.broker import Transport, WriteTolerantQoS
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetter, DeadLetterQueue, ParkingLot
+from tidegate.load.depth import RedisDepthProbe
+from tidegate.ops.metrics import registry_for
+from tidegate.ops.monitor import Monitor
 from tidegate.redis_server import EmbeddedRedis
 from tidegate.sim import TosSim
 
@@ -217,3 +222,41 @@ def test_an_ack_refused_by_a_full_redis_is_written_later(small: Small) -> None:
         assert qos.pending == 0
         assert small.client.hlen("unacked") == 0
         assert small.client.llen("oom.a") == 0
+
+
+def test_the_monitor_says_redis_is_unavailable_for_writes(small: Small) -> None:
+    """A tick on a full Redis is reported with its cause, and the recovery too."""
+    monitor = Monitor(
+        small.client,
+        RedisDepthProbe(small.client),
+        {"edi.tos": None},
+        prefix="oommon",
+        interval_s=1.0,
+    )
+    small.fill()
+    with capture_logs() as full:
+        monitor.run(iterations=1)
+    assert monitor.unwritable == "oom"
+    small.free()
+    with capture_logs() as freed:
+        monitor.run(iterations=1)
+
+    (event,) = [e for e in full if e["event"] == "redis_unavailable_for_writes"]
+    assert event["cause"] == "oom"
+    assert event["log_level"] == "error"
+    assert monitor.unwritable is None
+    assert [e["cause"] for e in freed if e["event"] == "redis_writable_again"] == ["oom"]
+
+
+def test_metrics_expose_redis_unavailable_for_writes(small: Small) -> None:
+    """The scrape still answers on a full Redis (it reads) and says writes are refused."""
+    registry = registry_for(small.client, prefix="oommet")
+    small.fill()
+    full = generate_latest(registry).decode()
+    small.free()
+    freed = generate_latest(registry).decode()
+
+    assert "tidegate_redis_writable 0.0" in full
+    assert 'tidegate_redis_unwritable_info{cause="oom"} 1.0' in full
+    assert "tidegate_redis_writable 1.0" in freed
+    assert "tidegate_redis_unwritable_info{" not in freed
