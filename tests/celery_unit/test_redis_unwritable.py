@@ -22,7 +22,7 @@ from tidegate._redis import client_from_url, map_redis_errors
 from tidegate.errors import BackendUnavailable, BackendUnwritable
 from tidegate.flow import Gate
 from tidegate.integrations.celery import GatedTask, setup
-from tidegate.integrations.celery.broker import Transport, WriteTolerantQoS
+from tidegate.integrations.celery.broker import TRANSPORT, Transport, WriteTolerantQoS
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetter, DeadLetterQueue, ParkingLot
 from tidegate.load.depth import RedisDepthProbe
@@ -260,3 +260,30 @@ def test_metrics_expose_redis_unavailable_for_writes(small: Small) -> None:
     assert 'tidegate_redis_unwritable_info{cause="oom"} 1.0' in full
     assert "tidegate_redis_writable 1.0" in freed
     assert "tidegate_redis_unwritable_info{" not in freed
+
+
+@pytest.mark.parametrize(
+    ("broker", "use_ssl", "transport"),
+    [
+        ("redis://127.0.0.1:1/0", None, TRANSPORT),
+        ("rediss://127.0.0.1:1/0", {"ssl_cert_reqs": "required"}, TRANSPORT),
+        ("rediss://127.0.0.1:1/0", None, None),  # kombu's TLS default needs its own name
+        ("amqp://guest@127.0.0.1:1//", None, None),
+    ],
+)
+def test_setup_chooses_the_write_tolerant_transport_for_redis_only(
+    broker: str, use_ssl: dict[str, str] | None, transport: str | None
+) -> None:
+    """The QoS is installed where it applies; channel errors are retried everywhere."""
+    app = Celery("t", broker=broker, set_as_current=False)
+    app.conf.broker_use_ssl = use_ssl
+    setup(app, mover=False)
+    assert app.conf.broker_transport == transport
+    assert app.conf.broker_channel_error_retry is True
+
+
+def test_setup_keeps_an_explicit_transport() -> None:
+    app = Celery("t", broker="redis://127.0.0.1:1/0", set_as_current=False)
+    app.conf.broker_transport = "redis"
+    setup(app, mover=False)
+    assert app.conf.broker_transport == "redis"

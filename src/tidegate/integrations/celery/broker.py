@@ -16,9 +16,9 @@ dropped that was not acked. If the process dies while a popped message is only i
 its journal, the orphan sweep (:mod:`tidegate.integrations.celery.sweep`) brings the
 unit back, as for any message lost between ``BRPOP`` and its unacked record.
 
-:func:`install_write_tolerant_broker` selects the transport for a ``redis://`` or
-``rediss://`` broker, and turns on ``broker_channel_error_retry`` so that any other
-refused write in the consumer reconnects instead of exiting.
+:func:`install_write_tolerant_broker` selects the transport for a ``redis://`` broker
+(``rediss://`` with ``broker_use_ssl``), and turns on ``broker_channel_error_retry``
+so that any other refused write in the consumer reconnects instead of exiting.
 """
 
 from __future__ import annotations
@@ -226,10 +226,14 @@ class Transport(kombu_redis.Transport):
 def install_write_tolerant_broker(app: Celery) -> None:
     """Use :class:`Transport` for a Redis broker and retry on channel errors.
 
-    Leaves a broker that is not plain Redis (AMQP, Sentinel) and an explicitly chosen
-    ``broker_transport`` alone.
+    Leaves a broker that is not Redis (AMQP, Sentinel) and an explicitly chosen
+    ``broker_transport`` alone. A ``rediss://`` broker gets the transport only with
+    ``broker_use_ssl`` set: kombu derives its TLS default from the URL scheme only when
+    the transport is named by that scheme, and an explicit transport would otherwise
+    connect in plain text.
     """
     url = str(app.conf.broker_url or "")
-    if url.startswith(("redis://", "rediss://")) and not app.conf.broker_transport:
+    tls_ready = url.startswith("rediss://") and bool(app.conf.broker_use_ssl)
+    if (url.startswith("redis://") or tls_ready) and not app.conf.broker_transport:
         app.conf.broker_transport = TRANSPORT
     app.conf.broker_channel_error_retry = True
