@@ -122,3 +122,57 @@ def test_a_full_redis_makes_the_fleet_wait_and_resume_losing_nothing(
     assert client.llen("edi.tos") == 0
     assert client.hlen("unacked") == 0
     client.close()
+
+
+def test_a_read_only_broker_after_a_failover_makes_workers_wait_and_resume(
+    tmp_path: Path,
+) -> None:
+    """The broker's address answers READONLY for a while (the old primary demoted by a
+    failover): the worker keeps reconnecting instead of exiting, and takes work again
+    once the address is writable. (Its data goes with the replica's sync, so the
+    burst is sent after the switch back.)"""
+    with (
+        EmbeddedRedis() as server,
+        EmbeddedRedis() as primary,
+        TosSim(max_connections=2, service_s=0.01) as tos,
+    ):
+        env = {
+            "TIDEGATE_REDIS_URL": server.url,
+            "TIDEGATE_PREFIX": PREFIX,
+            "TIDEGATE_TOS_URL": tos.url,
+            "TIDEGATE_TOS_RATE": "100",
+            "TIDEGATE_TOS_BURST": "5",
+            "TIDEGATE_LOG_LEVEL": "INFO",
+        }
+        fleet = Fleet(
+            "tidegate.ops.vessel_app",
+            [Pool("tos", ["edi.tos"], concurrency=2)],
+            env=env,
+            log_dir=tmp_path,
+        )
+        client = client_from_url(server.url)
+        fleet.start()
+        try:
+            pids = fleet.main_pids()
+            client.replicaof("127.0.0.1", primary.port)
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                assert fleet.main_pids() == pids, "the worker exited on READONLY"
+                time.sleep(0.2)
+            client.replicaof("NO", "ONE")
+
+            producer = Celery(broker=server.url)
+            documents = [doc for doc in vessel_burst(200, seed=21) if doc.queue == "edi.tos"][:20]
+            for doc in documents:
+                producer.send_task("edi.tos.push", args=[doc.envelope()], queue="edi.tos")
+            producer.close()
+            keys = [doc.key for doc in documents]
+            deadline = time.monotonic() + 60
+            while not set(keys) <= set(tos.accepted_keys()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+
+            assert set(keys) <= set(tos.accepted_keys())
+            assert fleet.main_pids() == pids
+        finally:
+            fleet.stop()
+            client.close()

@@ -113,12 +113,24 @@ class WriteTolerantQoS(kombu_redis.QoS):
                 raise
 
     def restore_unacked(self, client: Any = None) -> None:
-        """At shutdown: what is still owed goes back to the queue if Redis allows."""
-        self.flush_pending(force=True)
+        """At shutdown or on a lost connection: what is still owed goes back to the
+        queue if Redis allows; what cannot is said, never dropped in silence."""
         for pending in self._pending.values():
             if pending.outcome is None:
                 pending.outcome = "requeue"
-        self.flush_pending(force=True)
+        try:
+            self.flush_pending(force=True)
+        except Exception as exc:  # the connection itself is gone: kombu's restore decides
+            log.error("broker_journal_flush_failed", error=type(exc).__name__)
+        if self._pending:
+            # Recorded ones stay in ``unacked`` (restored after the visibility timeout);
+            # the others exist only here: the orphan sweep brings their units back.
+            log.error(
+                "broker_journal_abandoned",
+                recorded=sum(p.recorded for p in self._pending.values()),
+                unrecorded=sum(not p.recorded for p in self._pending.values()),
+            )
+            self._pending.clear()
         super().restore_unacked(client)
 
     # -- the journal ---------------------------------------------------------------------
