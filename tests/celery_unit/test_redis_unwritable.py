@@ -9,12 +9,14 @@ broker's QoS must keep every message it could not write about.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import redis
 from celery import Celery
 from kombu import Connection
+from kombu.message import Message
 from prometheus_client import generate_latest
 from structlog.testing import capture_logs
 
@@ -23,6 +25,7 @@ from tidegate.errors import BackendUnavailable, BackendUnwritable
 from tidegate.flow import Gate
 from tidegate.integrations.celery import GatedTask, setup
 from tidegate.integrations.celery.broker import TRANSPORT, Transport, WriteTolerantQoS
+from tidegate.integrations.celery.discards import DiscardGuard
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetter, DeadLetterQueue, ParkingLot
 from tidegate.load.depth import RedisDepthProbe
@@ -287,3 +290,42 @@ def test_setup_keeps_an_explicit_transport() -> None:
     app.conf.broker_transport = "redis"
     setup(app, mover=False)
     assert app.conf.broker_transport == "redis"
+
+
+class _RecordingMessage(Message):
+    """A kombu message that records how the consumer let go of it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.released: list[bool] = []
+
+    def reject_log_error(self, logger: Any, errors: Any, requeue: bool = False) -> None:
+        self.released.append(requeue)
+
+
+def test_a_discard_that_cannot_be_dead_lettered_goes_back_to_the_queue(small: Small) -> None:
+    """An unregistered task while Redis refuses writes: no record can be written, so the
+    message is requeued (to be dead-lettered later), never dropped."""
+    app = Celery("discard-oom", broker=small.url, set_as_current=False)
+    app.conf.tidegate_redis_url = small.url
+    app.conf.tidegate_prefix = "discardoom"
+    consumer = SimpleNamespace(app=app, connection_errors=())
+    DiscardGuard(consumer)
+    message = _RecordingMessage(
+        body=b'[[{"key": "typo-under-oom"}], {}, {}]',
+        content_type="application/json",
+        content_encoding="utf-8",
+        headers={"task": "edi.tos.pushh", "id": "t-oom"},
+        delivery_info={"routing_key": "edi.tos", "exchange": ""},
+    )
+    small.fill()
+    with capture_logs() as logs:
+        consumer.on_unknown_task(None, message, KeyError("edi.tos.pushh"))
+    small.free()
+
+    assert message.released == [True]
+    assert [e["reason"] for e in logs if e["event"] == "discarded_message_requeued"] == [
+        "unregistered task"
+    ]
+    assert len(DeadLetterQueue(small.client, prefix="discardoom")) == 0
+    runtime(app).client.close()
