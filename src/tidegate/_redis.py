@@ -2,9 +2,10 @@
 
 Clients are built from URLs here (``redis://``, ``rediss://`` for TLS, ``user:password@``
 for AUTH/ACL), Lua package data is loaded here, and redis-py's exceptions are
-translated here into :class:`~tidegate.errors.BackendUnavailable` /
-:class:`~tidegate.errors.BackendError`, so nothing above this module catches a
-redis-py type.
+translated here into :class:`~tidegate.errors.BackendUnavailable` (with
+:class:`~tidegate.errors.BackendUnwritable` for a server that answers but refuses
+writes) / :class:`~tidegate.errors.BackendError`, so nothing above this module catches
+a redis-py type.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ import redis
 import redis.asyncio
 import redis.exceptions
 
-from tidegate.errors import BackendError, BackendUnavailable, ConfigurationError
+from tidegate.errors import (
+    BackendError,
+    BackendUnavailable,
+    BackendUnwritable,
+    ConfigurationError,
+)
 
 __all__ = [
     "async_client_from_url",
@@ -30,6 +36,7 @@ __all__ = [
     "map_redis_errors",
     "redact_url",
     "translate_redis_error",
+    "unwritable_cause",
 ]
 
 _SCHEMES = ("redis", "rediss", "unix")
@@ -103,8 +110,40 @@ def lua_script(name: str, package: str = _SHARED_LUA) -> str:
     )
 
 
+#: Reply prefixes of a server that is up but refuses writes, by cause. A Lua script
+#: that hits one reports it inside an ``ERR Error running script`` reply, so the
+#: prefix is looked for after a space too.
+_UNWRITABLE_REPLIES = {"OOM": "oom", "READONLY": "readonly", "MISCONF": "misconf"}
+
+
+def unwritable_cause(exc: BaseException) -> str | None:
+    """``"oom"``, ``"readonly"`` or ``"misconf"`` when ``exc`` is a refused write, else ``None``.
+
+    Shared with the broker's QoS (:mod:`tidegate.integrations.celery.broker`), which
+    sees the same redis-py errors from kombu.
+    """
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return "oom"
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return "readonly"
+    if not isinstance(exc, redis.exceptions.ResponseError):
+        return None
+    text = str(exc)
+    for prefix, cause in _UNWRITABLE_REPLIES.items():
+        if text.startswith(prefix) or f" {prefix} " in text or f"-{prefix} " in text:
+            return cause
+    if "command not allowed when used memory" in text:
+        return "oom"
+    if "write against a read only replica" in text:
+        return "readonly"
+    return None
+
+
 def translate_redis_error(exc: BaseException, operation: str) -> BackendError:
     """The tidegate error for a redis-py (or socket) error; raise it ``from exc``."""
+    cause = unwritable_cause(exc)
+    if cause is not None:
+        return BackendUnwritable(cause, operation)
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | OSError):
         return BackendUnavailable(f"Redis unreachable during {operation}: {exc}")
     return BackendError(f"Redis error during {operation}: {exc}")

@@ -8,6 +8,7 @@ translated at a single boundary each and chained with ``raise ... from exc``::
     ├── ConfigurationError           (also a ValueError: bad rate, burst, watermarks, URLs)
     ├── BackendError                 (the shared state store misbehaved)
     │   └── BackendUnavailable       (Redis unreachable; the gate fails closed)
+    │       └── BackendUnwritable    (Redis answers but refuses writes: OOM, READONLY)
     ├── Throttled                    (the gate will not admit within max_wait)
     ├── DownstreamError              (the system behind the gate answered badly)
     │   ├── DownstreamThrottled      (429 with Retry-After: pause the whole fleet)
@@ -28,6 +29,7 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "BackendUnavailable",
+    "BackendUnwritable",
     "ConfigurationError",
     "DeadLettered",
     "DownstreamError",
@@ -66,6 +68,21 @@ class BackendUnavailable(BackendError):
     count would let every worker send at once, which is the failure tidegate exists
     to prevent.
     """
+
+
+class BackendUnwritable(BackendUnavailable):
+    """Redis is unavailable for writes: memory full under ``noeviction`` (``OOM``), a
+    replica after a failover (``READONLY``), or a failed snapshot (``MISCONF``).
+
+    It is a :class:`BackendUnavailable` because the answer is the same — wait and try
+    again, never dead-letter: the unit is healthy, the store is not. ``cause`` is
+    ``"oom"``, ``"readonly"`` or ``"misconf"``, for a decision that must not parse text.
+    """
+
+    def __init__(self, cause: str, operation: str) -> None:
+        self.cause = cause
+        self.operation = operation
+        super().__init__(f"Redis unavailable for writes ({cause}) during {operation}")
 
 
 class Throttled(TidegateError):

@@ -72,6 +72,10 @@ class EmbeddedRedis:
         workdir: the directory for the AOF file; a temporary one if omitted.
         password: require AUTH with this password (``requirepass``); the ``url``
             then carries it, so treat that URL as a secret.
+        maxmemory: the server's memory limit in bytes (``maxmemory``), with the
+            ``noeviction`` policy production brokers run: writes past it are refused
+            with ``OOM``, which is what the memory-pressure tests need. No limit if
+            omitted.
 
     Example::
 
@@ -87,11 +91,15 @@ class EmbeddedRedis:
         port: int | None = None,
         workdir: str | None = None,
         password: str | None = None,
+        maxmemory: int | None = None,
     ) -> None:
+        if maxmemory is not None and maxmemory < 1:
+            raise ConfigurationError(f"maxmemory must be a positive byte count, got {maxmemory!r}")
         self.binary = binary or find_redis_server()
         self.password = password
         self.port = port or _free_port()
         self.appendonly = appendonly
+        self.maxmemory = maxmemory
         self._own_dir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="tidegate-redis-")
         self._proc: subprocess.Popen[bytes] | None = None
@@ -126,6 +134,8 @@ class EmbeddedRedis:
         ]
         if self.password:
             args += ["--requirepass", self.password]
+        if self.maxmemory is not None:
+            args += ["--maxmemory", str(self.maxmemory), "--maxmemory-policy", "noeviction"]
         self._proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )

@@ -22,9 +22,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tidegate._redis import unwritable_cause
 from tidegate.cli._common import TidegateCLIError
 from tidegate.cli._output import console as make_console
 from tidegate.cli._output import print_table
+from tidegate.errors import BackendUnwritable
 from tidegate.redis_server import redis_url
 
 __all__ = ["ACCEPTS", "CHAOS_KINDS", "check_flags", "demo"]
@@ -285,41 +287,74 @@ def demo(
     """Run a demonstration on an embedded Redis (or REDIS_URL); stops all it starts."""
     run = check_flags(ctx)
     console = make_console()
-    if chaos_kind is not None:
-        tuning = {
-            name: ctx.params[name]
-            for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
-            if _given(ctx, name)
-        }
-        _chaos_scenario(console, chaos_kind, tuning, json_path, plot_path, keep_logs)
-    elif run == "gate":
-        _gate_scenario(console, json_path)
-    elif run == "bulk":
-        _bulk_scenario(console, bls, workers, seed, json_path, keep_logs)
-    elif run == "overload":
-        _overload_scenario(
-            console,
-            vermas,
-            bulk,
-            customs_rate,
-            customs_burst,
-            workers,
-            seed,
-            json_path,
-            keep_logs,
-        )
-    else:
-        _vessel_scenario(
-            console,
-            interchanges,
-            customs_rate,
-            customs_burst,
-            workers,
-            seed,
-            json_path,
-            plot_path,
-            keep_logs,
-        )
+    try:
+        if chaos_kind is not None:
+            tuning = {
+                name: ctx.params[name]
+                for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
+                if _given(ctx, name)
+            }
+            _chaos_scenario(console, chaos_kind, tuning, json_path, plot_path, keep_logs)
+        elif run == "gate":
+            _gate_scenario(console, json_path)
+        elif run == "bulk":
+            _bulk_scenario(console, bls, workers, seed, json_path, keep_logs)
+        elif run == "overload":
+            _overload_scenario(
+                console,
+                vermas,
+                bulk,
+                customs_rate,
+                customs_burst,
+                workers,
+                seed,
+                json_path,
+                keep_logs,
+            )
+        else:
+            _vessel_scenario(
+                console,
+                interchanges,
+                customs_rate,
+                customs_burst,
+                workers,
+                seed,
+                json_path,
+                plot_path,
+                keep_logs,
+            )
+    except Exception as exc:
+        cause = _refused_write(exc)
+        if cause is None:
+            raise
+        raise TidegateCLIError(_UNWRITABLE_HINTS.get(cause, _UNWRITABLE_HINTS["oom"])) from None
+
+
+#: The one line ``tidegate demo`` ends with when its Redis refuses writes, by cause.
+_UNWRITABLE_HINTS = {
+    "oom": "Redis is unavailable for writes: its memory is full (maxmemory, noeviction). "
+    "The demo needs more: raise maxmemory, or unset REDIS_URL to use an embedded Redis.",
+    "readonly": "Redis is unavailable for writes: REDIS_URL points at a read-only replica. "
+    "Point it at the primary.",
+    "misconf": "Redis is unavailable for writes: it cannot save its snapshot (MISCONF). "
+    "Fix its disk or persistence settings.",
+}
+
+
+def _refused_write(exc: BaseException) -> str | None:
+    """The cause of a refused write anywhere in ``exc``'s chain (kombu and Celery wrap
+    redis-py's errors in their own), or ``None``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, BackendUnwritable):
+            return current.cause
+        cause = unwritable_cause(current)
+        if cause is not None:
+            return cause
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _vessel_scenario(

@@ -25,6 +25,10 @@ metric                                 measured by
 ``tidegate_replayed_total``            shed / replayed document (by document class)
 ``tidegate_quarantine_*``,             the quarantine and the DLQ, read at scrape
 ``tidegate_dlq_*``
+``tidegate_redis_writable``,           a one-key write probe at each scrape: 0 while
+``tidegate_redis_unwritable_info``     Redis refuses writes (memory full under
+                                       ``noeviction``, read-only replica), with the
+                                       cause; the workers are waiting then
 =====================================  ==============================================
 
 Worker-side counters need :func:`install_event_counters` in each worker (after
@@ -59,7 +63,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from tidegate._redis import client_from_url, map_redis_errors
-from tidegate.errors import ConfigurationError, TidegateError
+from tidegate.errors import BackendUnwritable, ConfigurationError, TidegateError
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.load.dlq import DeadLetterQueue
 from tidegate.load.quarantine import Quarantine
@@ -91,6 +95,10 @@ log = get_logger("tidegate.metrics")
 
 def _events_key(prefix: str) -> str:
     return f"{prefix}:{{metrics}}:events"
+
+
+#: Lifetime of the write probe's key, ms: it never outlives the scraping.
+_PROBE_TTL_MS = 60_000
 
 
 def _bucket(wait_s: float) -> str:
@@ -278,6 +286,8 @@ class TidegateCollector(Collector):
         self._clock = clock
         self._stale: set[str] = set()
         self._stale_lock = threading.Lock()
+        self._probe = f"{prefix}:{{metrics}}:write_probe"
+        self._unwritable: str | None = None
 
     def _age_s(self, entry: BoardEntry, now_ms: float | None) -> float:
         if now_ms is None:
@@ -328,6 +338,7 @@ class TidegateCollector(Collector):
         )
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._writability()
         yield from self._queues()
         yield from self._events_metrics()
         yield from self._quarantine_metrics()
@@ -421,6 +432,41 @@ class TidegateCollector(Collector):
                 ahead.add_metric([gate.name], gate.wait_s)
         yield from (depth, messages, consumers, hwm, lwm, over, shedding, signal, signal_info)
         yield from (desired, backlog, quota, age, stale_flag, paused, tokens, leases, ahead)
+
+    def _writability(self) -> Iterator[Metric]:
+        """Whether Redis takes writes now: everything else here only reads, and reads
+        keep working on a Redis that is full or read-only."""
+        cause: str | None = None
+        try:
+            with map_redis_errors("metrics write probe"):
+                self.client.set(self._probe, b"1", px=_PROBE_TTL_MS)
+        except BackendUnwritable as exc:
+            cause = exc.cause
+        self._note_writability(cause)
+        yield GaugeMetricFamily(
+            "tidegate_redis_writable",
+            "0 while Redis refuses writes (memory full, read-only replica): workers wait.",
+            value=int(cause is None),
+        )
+        info = GaugeMetricFamily(
+            "tidegate_redis_unwritable_info",
+            "Why Redis refuses writes (value 1), while it does.",
+            labels=["cause"],
+        )
+        if cause is not None:
+            info.add_metric([cause], 1)
+        yield info
+
+    def _note_writability(self, cause: str | None) -> None:
+        """Log when writes start or stop being refused (not every scrape)."""
+        with self._stale_lock:
+            previous, self._unwritable = self._unwritable, cause
+        if cause == previous:
+            return
+        if cause is not None:
+            log.error("redis_unavailable_for_writes", cause=cause, operation="metrics scrape")
+        else:
+            log.warning("redis_writable_again", cause=previous)
 
     def _events_metrics(self) -> Iterator[Metric]:
         with map_redis_errors("metrics events"):

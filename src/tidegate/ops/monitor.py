@@ -17,6 +17,11 @@ Each interval the monitor
    normal intake, at most ``replay_rate`` per second and refilling the queue only to
    the middle of its band (:func:`replay_budget`).
 
+A Redis that refuses writes (memory full under ``noeviction``, a read-only replica
+after a failover) stops every tick at its first write; the monitor says so once per
+tick (``redis_unavailable_for_writes`` with the cause) and ``redis_writable_again``
+when a tick succeeds again.
+
 Only one monitor per prefix works at a time (a lease in Redis, renewed every tick);
 others stand by and take over within a few intervals if it dies, so "N consecutive
 samples" means the same thing fleet-wide.
@@ -37,7 +42,7 @@ from typing import Any
 import redis
 
 from tidegate._redis import lua_script, map_redis_errors
-from tidegate.errors import BackendError, ConfigurationError
+from tidegate.errors import BackendError, BackendUnwritable, ConfigurationError
 from tidegate.flow import Gate
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.load.admission import Admission
@@ -187,6 +192,9 @@ class Monitor:
         self._last_tick: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: Why Redis refused the last tick's writes (``"oom"``, ``"readonly"``…), or
+        #: ``None`` while it takes them: the monitor cannot lead, publish or replay then.
+        self.unwritable: str | None = None
 
     # -- one tick ------------------------------------------------------------------------
 
@@ -300,8 +308,20 @@ class Monitor:
             started = self._clock()
             try:
                 self.tick()
+            except BackendUnwritable as exc:
+                self.unwritable = exc.cause
+                log.error(
+                    "redis_unavailable_for_writes",
+                    cause=exc.cause,
+                    operation=exc.operation,
+                    holder=self.holder,
+                )
             except BackendError as exc:
                 log.error("monitor_backend_error", error=type(exc).__name__)
+            else:
+                if self.unwritable is not None:
+                    log.warning("redis_writable_again", cause=self.unwritable, holder=self.holder)
+                self.unwritable = None
             done += 1
             if iterations is not None and done >= iterations:
                 return

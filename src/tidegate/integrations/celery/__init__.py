@@ -5,7 +5,10 @@
 
 ``setup`` applies :func:`configure` (prefetch 1, acks_late, JSON only, queues, the
 visibility-timeout check) and installs worker hooks: the check again at worker start
-(a misconfigured worker refuses to start), publish tracking for the app's gated tasks,
+(a misconfigured worker refuses to start), the discard guard (a message Celery would drop
+and log whole is dead-lettered instead, see :mod:`tidegate.integrations.celery.discards`),
+a Redis broker whose refused writes (OOM, READONLY) wait instead of killing the worker
+(:mod:`tidegate.integrations.celery.broker`), publish tracking for the app's gated tasks,
 a purge of finished tasks' time-limit timers in each worker's event loop (they would
 otherwise hold every task of the last soft-limit window), and a :class:`ParkingMover`
 in each worker's main process that also runs the orphan sweep (a Redis broker can lose
@@ -19,6 +22,8 @@ from typing import Any
 
 from celery import Celery, signals
 
+from tidegate.integrations.celery.broker import install_write_tolerant_broker
+from tidegate.integrations.celery.discards import DiscardGuard, install_discard_guard
 from tidegate.integrations.celery.gated import ATTEMPT_HEADER, GatedTask
 from tidegate.integrations.celery.mover import ParkingMover
 from tidegate.integrations.celery.preset import (
@@ -37,11 +42,14 @@ __all__ = [
     "DEFAULT_QUEUES",
     "DEFAULT_ROUTES",
     "CeleryPreset",
+    "DiscardGuard",
     "GatedTask",
     "OrphanSweep",
     "ParkingMover",
     "check_visibility_timeout",
     "configure",
+    "install_discard_guard",
+    "install_write_tolerant_broker",
     "setup",
     "track_publishes",
 ]
@@ -52,6 +60,8 @@ _MOVERS: dict[int, ParkingMover] = {}
 def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True) -> Celery:
     """Configure ``app`` and install tidegate's worker hooks; returns ``app``."""
     configure(app, preset)
+    install_discard_guard(app)
+    install_write_tolerant_broker(app)
 
     def _check(sender: Any = None, **_: Any) -> None:
         check_visibility_timeout(app)
