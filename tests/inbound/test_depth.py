@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -168,22 +166,10 @@ def test_the_probe_is_chosen_from_the_broker_url() -> None:
         probe_from_url("sqs://key:secret@")
 
 
-def _rabbitmq_url() -> str:
-    url = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
-    if shutil.which("rabbitmq-server") is None and "RABBITMQ_URL" not in os.environ:
-        pytest.skip("no RabbitMQ: rabbitmq-server is not installed and RABBITMQ_URL is unset")
-    try:
-        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
-    except OSError:
-        if "RABBITMQ_URL" not in os.environ:
-            pytest.skip("rabbitmq-server is installed but not running on 127.0.0.1:5672")
-    return url
-
-
-def test_rabbitmq_probe_counts_messages_and_consumers(prefix: str) -> None:
+def test_rabbitmq_probe_counts_messages_and_consumers(rabbitmq_url: str, prefix: str) -> None:
     """Passive declare: ready messages and consumers; a queue that does not exist is 0.
     A delivered, unacknowledged message is not in AMQP's count (documented)."""
-    url = _rabbitmq_url()
+    url = rabbitmq_url
     queue = Queue(f"{prefix}.amqp", routing_key=f"{prefix}.amqp")
     missing = f"{prefix}.missing"
     held: list[Any] = []
