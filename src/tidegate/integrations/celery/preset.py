@@ -14,6 +14,13 @@ What each setting is for:
   limit: an unacknowledged message older than it is handed to *another* worker while
   the first still runs it (Celery #5935, #6229). :func:`configure` refuses such a
   setup instead of running every slow task twice.
+- on RabbitMQ, task queues are quorum queues with a delivery limit whose overflow is
+  dead-lettered, at least once, into a queue tidegate drains into its DLQ (see
+  :mod:`~tidegate.integrations.celery.amqp_topology`), and every publish waits for the
+  broker's confirm (``confirm_publish``): the parking mover, a replay and admission
+  count a unit as handed over only once the broker has it. RabbitMQ redelivers an
+  unacknowledged message when its consumer's connection closes, not on a timer, so the
+  visibility-timeout check does not apply there.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from celery import Celery
 from kombu import Queue
 
 from tidegate.errors import ConfigurationError
+from tidegate.integrations.celery.amqp_topology import AmqpTopology, is_amqp_url
 
 __all__ = [
     "DEFAULT_QUEUES",
@@ -70,6 +78,8 @@ class CeleryPreset:
             the gate — use these only as a local safety net.
         queues: queue names to declare.
         routes: task-name pattern → queue.
+        amqp: how task queues are declared when the broker is RabbitMQ (quorum queues,
+            delivery limit, dead-letter exchange); ignored on Redis.
     """
 
     soft_time_limit_s: float = 240.0
@@ -78,6 +88,7 @@ class CeleryPreset:
     rate_limits: Mapping[str, str] = field(default_factory=dict)
     queues: tuple[str, ...] = DEFAULT_QUEUES
     routes: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ROUTES))
+    amqp: AmqpTopology = field(default_factory=AmqpTopology)
 
     def __post_init__(self) -> None:
         if not 0 < self.soft_time_limit_s < self.hard_time_limit_s:
@@ -130,6 +141,16 @@ def configure(app: Celery, preset: CeleryPreset | None = None) -> Celery:
         ConfigurationError: the broker's visibility timeout is too short (see module).
     """
     preset = preset or CeleryPreset()
+    if is_amqp_url(str(app.conf.broker_url or "")):
+        queues = [preset.amqp.task_queue(name) for name in preset.queues]
+        # Merged, not replaced: the operator's own options (heartbeats, SSL) stay.
+        options = {**dict(app.conf.broker_transport_options or {}), "confirm_publish": True}
+        app.conf.update(
+            broker_transport_options=options,
+            task_create_missing_queue_type="quorum" if preset.amqp.quorum else "classic",
+        )
+    else:
+        queues = [Queue(name, routing_key=name) for name in preset.queues]
     app.conf.update(
         worker_prefetch_multiplier=1,
         task_acks_late=True,
@@ -143,7 +164,7 @@ def configure(app: Celery, preset: CeleryPreset | None = None) -> Celery:
         accept_content=["json"],
         result_accept_content=["json"],
         event_serializer="json",
-        task_queues=[Queue(name, routing_key=name) for name in preset.queues],
+        task_queues=queues,
         task_default_queue=preset.queues[0],
         task_routes={pattern: {"queue": queue} for pattern, queue in preset.routes.items()},
         task_annotations={name: {"rate_limit": rate} for name, rate in preset.rate_limits.items()},
