@@ -180,6 +180,10 @@ class DeadLetterDrain:
         self.batch = batch
         self._queue: Any = None
 
+    def declare(self) -> None:
+        """Declare the dead-letter exchange and queue now (idempotent; also done lazily)."""
+        self._queue = declare_dead_letters(self.connection, self.topology)
+
     def drain_once(self) -> int:
         """Move what the dead-letter queue holds now (at most ``batch``); returns how many.
 
@@ -187,7 +191,7 @@ class DeadLetterDrain:
             BackendError: Redis refused a letter; that message stays in the queue.
         """
         if self._queue is None:
-            self._queue = declare_dead_letters(self.connection, self.topology)
+            self.declare()
         moved = 0
         while moved < self.batch:
             message = self._queue.get(no_ack=False)

@@ -146,6 +146,7 @@ def configure(app: Celery, preset: CeleryPreset | None = None) -> Celery:
         # Merged, not replaced: the operator's own options (heartbeats, SSL) stay.
         options = {**dict(app.conf.broker_transport_options or {}), "confirm_publish": True}
         app.conf.update(
+            tidegate_amqp_topology=preset.amqp,
             broker_transport_options=options,
             task_create_missing_queue_type="quorum" if preset.amqp.quorum else "classic",
         )
