@@ -67,6 +67,24 @@ def rabbitmq_url() -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def rabbitmq_management_url(rabbitmq_url: str) -> str:
+    """The management API of the session's RabbitMQ (``RABBITMQ_MANAGEMENT_URL`` or
+    derived from the broker URL), checked with one request; ``.ci/run`` enables it."""
+    import httpx
+
+    from tidegate.load.depth import management_url_for
+
+    url = os.environ.get("RABBITMQ_MANAGEMENT_URL") or management_url_for(rabbitmq_url)
+    try:
+        httpx.get(f"{url}/api/overview", timeout=3).raise_for_status()
+    except httpx.HTTPError as exc:
+        if CI:
+            pytest.fail(f"no RabbitMQ management API under CI: {exc!r}")
+        pytest.skip(f"no RabbitMQ management API (rabbitmq_management plugin): {exc!r}")
+    return url
+
+
 @pytest.fixture
 def prefix() -> str:
     """A key prefix unique to this test, so tests never see each other's state."""

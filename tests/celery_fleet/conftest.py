@@ -130,8 +130,9 @@ class Harness:
         }
 
     def depth(self, queue: str) -> int:
-        """Messages in ``queue`` not finished yet, read from the broker (ready + unacked
-        on Redis; ready on RabbitMQ, whose passive declare does not count unacked)."""
+        """Messages in ``queue`` not finished yet, read from the broker: ready + unacked
+        (on RabbitMQ the unacked part comes from the management API and lags by its
+        statistics interval, so poll it rather than read it once)."""
         return self.depth_probe.sample([queue])[queue].total
 
     def inspect(self, method: str) -> dict[str, Any]:
