@@ -42,6 +42,7 @@ __all__ = [
     "CeleryPreset",
     "check_visibility_timeout",
     "configure",
+    "ensure_queue",
 ]
 
 #: The queue topology: one queue per downstream, plus the bulk fan-out queues.
@@ -174,3 +175,19 @@ def configure(app: Celery, preset: CeleryPreset | None = None) -> Celery:
     )
     check_visibility_timeout(app)
     return app
+
+
+def ensure_queue(app: Celery, name: str) -> None:
+    """Make ``name`` one of ``app``'s queues, declared as the workers declare it.
+
+    A publisher that sends to a queue its own preset does not list — a DLQ replay to
+    the queue a letter names — would otherwise have Celery create it with default
+    arguments; RabbitMQ refuses that declaration for a quorum queue the workers
+    declared with a delivery limit (``406 PRECONDITION_FAILED``). On Redis, and for a
+    queue already listed, this does nothing.
+    """
+    if not is_amqp_url(str(app.conf.broker_url or "")) or name in app.amqp.queues:
+        return
+    topology = app.conf.get("tidegate_amqp_topology")
+    topology = topology if isinstance(topology, AmqpTopology) else AmqpTopology()
+    app.amqp.queues.add(topology.task_queue(name))
