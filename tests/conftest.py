@@ -1,8 +1,9 @@
 """Shared fixtures: a real Redis, per-test key prefixes, clean logging.
 
 Redis comes from ``REDIS_URL`` or an embedded ``redis-server`` started once per session.
-When none can be started the Redis tests skip locally — and fail under ``CI=true``,
-so a green CI run always means they ran.
+RabbitMQ comes from ``RABBITMQ_URL`` or the local default (``.ci/run`` starts one).
+When either cannot be had its tests skip locally — and fail under ``CI=true``, so a
+green CI run always means they ran.
 """
 
 from __future__ import annotations
@@ -41,6 +42,47 @@ def redis_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+#: Where a local RabbitMQ listens when ``RABBITMQ_URL`` is unset (the Debian package).
+DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    """URL of a real RabbitMQ for the whole session, checked with one connection."""
+    from kombu import Connection
+    from kombu.exceptions import OperationalError
+
+    url = os.environ.get("RABBITMQ_URL") or DEFAULT_RABBITMQ_URL
+    conn = Connection(url, connect_timeout=3)
+    try:
+        conn.ensure_connection(max_retries=1)
+    except (OperationalError, *conn.connection_errors) as exc:
+        if CI:
+            pytest.fail(f"no RabbitMQ at {conn.as_uri()} under CI: {exc!r}")
+        pytest.skip(f"no RabbitMQ at {conn.as_uri()}: {exc!r}")
+    finally:
+        conn.release()
+    return url
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_management_url(rabbitmq_url: str) -> str:
+    """The management API of the session's RabbitMQ (``RABBITMQ_MANAGEMENT_URL`` or
+    derived from the broker URL), checked with one request; ``.ci/run`` enables it."""
+    import httpx
+
+    from tidegate.load.depth import management_url_for
+
+    url = os.environ.get("RABBITMQ_MANAGEMENT_URL") or management_url_for(rabbitmq_url)
+    try:
+        httpx.get(f"{url}/api/overview", timeout=3).raise_for_status()
+    except httpx.HTTPError as exc:
+        if CI:
+            pytest.fail(f"no RabbitMQ management API under CI: {exc!r}")
+        pytest.skip(f"no RabbitMQ management API (rabbitmq_management plugin): {exc!r}")
+    return url
 
 
 @pytest.fixture

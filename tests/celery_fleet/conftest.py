@@ -1,7 +1,15 @@
-"""One real Celery fleet for the module: two pools, simulated customs and TOS.
+"""One real Celery fleet per broker for the module: pools, simulated customs and TOS.
 
 Starting workers costs seconds, so the fleet is shared by a module's tests; each test
 resets the sims, the gates and tidegate's keys, and waits for the queues to drain.
+
+The fleet can run once on Redis and once on RabbitMQ (``broker`` is a module-scoped
+parameter, so pytest groups the tests and starts each fleet once). tidegate's own
+state — gates, parking, ledger, DLQ — stays on Redis either way: ``TIDEGATE_REDIS_URL``
+names it, ``TIDEGATE_BROKER_URL`` the broker. A module opts in with
+``FLEET_BROKERS = ("redis", "amqp")``; a test in it that only makes sense on one
+broker says so with
+``@pytest.mark.parametrize("broker", ["redis"], indirect=True)``.
 """
 
 from __future__ import annotations
@@ -17,13 +25,47 @@ import redis
 from celery import Celery
 
 from tidegate._redis import client_from_url
+from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
+from tidegate.integrations.celery import configure
+from tidegate.integrations.celery.amqp_topology import AmqpTopology
 from tidegate.load import DeadLetterQueue, ParkingLot
+from tidegate.load.depth import DepthProbe, probe_from_url
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
 from tidegate.sim import CustomsSim, TosSim
 
 TASKS = {"edi.customs": "edi.customs.submit", "edi.tos": "edi.tos.push"}
+#: Every queue the vessel app declares (deleted from the broker after the module).
+QUEUES = ("edi.customs", "edi.tos", "bulk.dispatch", "bl.parse")
+#: The brokers a fleet module can run on (it opts in with ``FLEET_BROKERS``).
+BROKERS = ("redis", "amqp")
+
+
+class BrokerFleet(Fleet):
+    """A fleet whose readiness ping goes through its broker, not through Redis.
+
+    ``Fleet._wait_ready`` pings over ``TIDEGATE_REDIS_URL``, which is the broker only
+    on Redis; this asks the broker the workers actually listen on.
+    """
+
+    def _wait_ready(self, timeout_s: float, *, names: set[str] | None = None) -> None:
+        probe = Celery(broker=self.env["TIDEGATE_BROKER_URL"], set_as_current=False)
+        wanted = names if names is not None else {pool.name for pool in self.pools}
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                for name, proc in self.procs.items():
+                    if name in wanted and proc.poll() is not None:
+                        raise ConfigurationError(
+                            f"worker {name} exited with code {proc.returncode} at start-up"
+                        )
+                replies = probe.control.ping(timeout=1.0) or []
+                if wanted <= {next(iter(reply)).split("@")[0] for reply in replies}:
+                    return
+            raise ConfigurationError(f"workers {sorted(wanted)} not ready after {timeout_s:g}s")
+        finally:
+            probe.close()
 
 
 @dataclass
@@ -31,6 +73,9 @@ class Harness:
     """Handles on everything a fleet test touches."""
 
     url: str
+    broker: str
+    broker_url: str
+    depth_probe: DepthProbe
     prefix: str
     client: redis.Redis
     customs: CustomsSim
@@ -55,11 +100,17 @@ class Harness:
         # Customs documents are ~30 % of a burst: 40 per wanted document leaves no
         # realistic chance (a 6-of-36 draw missed about 1 run in 20) of running short.
         burst = vessel_burst(count * 40, seed=seed if seed is not None else time.time_ns())
+        # A burst's keys depend only on the document's position, so two tests would
+        # share keys; a worker still settling the previous test's unit can then write
+        # "delivered" into the ledger after the reset, and this test's unit with the
+        # same key is skipped as already delivered. A per-call salt keeps tests apart.
+        salt = uuid.uuid4().hex[:12]
         for doc in burst:
             if doc.queue != queue:
                 continue
-            self.producer.send_task(TASKS[queue], args=[doc.envelope()], queue=queue)
-            keys.append(doc.key)
+            envelope = {**doc.envelope(), "key": f"{doc.key[:48]}-{salt}"}
+            self.producer.send_task(TASKS[queue], args=[envelope], queue=queue)
+            keys.append(str(envelope["key"]))
             if len(keys) == count:
                 return keys
         raise AssertionError("the burst did not contain enough documents")
@@ -81,9 +132,14 @@ class Harness:
             "tos_distinct": self.tos.stats(timeline=False)["distinct_keys"],
             "dlq": [(x.key[:8], x.reason) for x in self.dlq.iter()],
             "parked": self.parking.depth(),
-            "queues": {q: self.client.llen(q) for q in TASKS},
-            "unacked": self.client.hlen("unacked"),
+            "queues": {q: d.as_dict() for q, d in self.depth_probe.sample(list(TASKS)).items()},
         }
+
+    def depth(self, queue: str) -> int:
+        """Messages in ``queue`` not finished yet, read from the broker: ready + unacked
+        (on RabbitMQ the unacked part comes from the management API and lags by its
+        statistics interval, so poll it rather than read it once)."""
+        return self.depth_probe.sample([queue])[queue].total
 
     def inspect(self, method: str) -> dict[str, Any]:
         """`celery inspect <method>` over every worker, as {node: result}."""
@@ -96,15 +152,45 @@ class Harness:
         return delivered + len(self.dlq) >= expected and self.parking.depth() == 0
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run a module's fleet tests on every broker its ``FLEET_BROKERS`` names.
+
+    A module without it runs on Redis only, as before; a test that parametrizes
+    ``broker`` itself (a Redis-only behaviour) keeps its own list.
+    """
+    brokers = getattr(metafunc.module, "FLEET_BROKERS", None)
+    if brokers is None or "broker" not in metafunc.fixturenames:
+        return
+    own = any("broker" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize"))
+    if not own:
+        metafunc.parametrize("broker", brokers, indirect=True, scope="module")
+
+
 @pytest.fixture(scope="module")
-def harness(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+def broker(request: pytest.FixtureRequest) -> str:
+    """The broker this module's fleet runs on: ``redis`` unless parametrized."""
+    return str(getattr(request, "param", "redis"))
+
+
+@pytest.fixture(scope="module")
+def harness(
+    broker: str,
+    redis_url: str,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Harness]:
     prefix = f"tgcel-{uuid.uuid4().hex[:8]}"
     client = client_from_url(redis_url)
+    # Only the AMQP run needs RabbitMQ: a Redis-only machine still runs the Redis half.
+    broker_url = request.getfixturevalue("rabbitmq_url") if broker == "amqp" else redis_url
+    if broker == "amqp":
+        _delete_amqp_queues(broker_url)  # a crashed run's queues, possibly declared otherwise
     # The gate runs at the gateway's rate with a burst two below its bucket: the slack
     # absorbs transit jitter (see tidegate.ops.vessel_demo).
     with CustomsSim(rate=2.0, burst=3) as customs, TosSim(max_connections=2, service_s=0.02) as tos:
         env = {
             "TIDEGATE_REDIS_URL": redis_url,
+            "TIDEGATE_BROKER_URL": broker_url,
             "TIDEGATE_PREFIX": prefix,
             "TIDEGATE_CUSTOMS_URL": customs.url,
             "TIDEGATE_TOS_URL": tos.url,
@@ -124,19 +210,41 @@ def harness(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             Pool("bulk", ["bulk.dispatch", "bl.parse"], concurrency=2),
         ]
         log_dir = tmp_path_factory.mktemp("worker-logs")
-        fleet = Fleet("tidegate.ops.vessel_app", pools, env=env, log_dir=log_dir)
-        producer = Celery(broker=redis_url, backend=redis_url)
+        fleet = BrokerFleet("tidegate.ops.vessel_app", pools, env=env, log_dir=log_dir)
+        # Configured like the workers: on RabbitMQ a send_task must declare the queues
+        # with the same quorum arguments, or the broker refuses the declaration.
+        producer = configure(Celery(broker=broker_url, backend=redis_url, set_as_current=False))
+        probe = probe_from_url(broker_url)
         fleet.start()
         try:
-            yield Harness(redis_url, prefix, client, customs, tos, fleet, producer)
+            yield Harness(
+                redis_url, broker, broker_url, probe, prefix, client, customs, tos, fleet, producer
+            )
         finally:
             fleet.stop()
             producer.close()
+            probe.close()
             keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             if keys:
                 client.delete(*keys)
-            client.delete("edi.customs", "edi.tos", "bulk.dispatch", "bl.parse")
+            if broker == "amqp":
+                _delete_amqp_queues(broker_url)
+            else:
+                client.delete(*QUEUES)
             client.close()
+
+
+def _delete_amqp_queues(url: str) -> None:
+    """Delete the vessel app's queues and the dead-letter exchange and queue."""
+    from kombu import Connection
+
+    topology = AmqpTopology()
+    with Connection(url) as conn:
+        channel = conn.channel()
+        for name in (*QUEUES, topology.dead_letter_queue):
+            channel.queue_delete(name)
+        channel.exchange_delete(topology.dead_letter_exchange)
+        channel.close()
 
 
 @pytest.fixture

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-import shutil
-import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+import structlog
 from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
@@ -18,6 +18,7 @@ from tidegate.errors import ConfigurationError
 from tidegate.load.depth import (
     AmqpDepthProbe,
     RedisDepthProbe,
+    management_url_for,
     probe_for_app,
     probe_from_url,
 )
@@ -168,41 +169,82 @@ def test_the_probe_is_chosen_from_the_broker_url() -> None:
         probe_from_url("sqs://key:secret@")
 
 
-def _rabbitmq_url() -> str:
-    url = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
-    if shutil.which("rabbitmq-server") is None and "RABBITMQ_URL" not in os.environ:
-        pytest.skip("no RabbitMQ: rabbitmq-server is not installed and RABBITMQ_URL is unset")
-    try:
-        socket.create_connection(("127.0.0.1", 5672), timeout=1).close()
-    except OSError:
-        if "RABBITMQ_URL" not in os.environ:
-            pytest.skip("rabbitmq-server is installed but not running on 127.0.0.1:5672")
-    return url
-
-
-def test_rabbitmq_probe_counts_messages_and_consumers(prefix: str) -> None:
+def test_rabbitmq_probe_counts_ready_unacked_and_consumers(
+    rabbitmq_url: str, rabbitmq_management_url: str, prefix: str
+) -> None:
     """Passive declare: ready messages and consumers; a queue that does not exist is 0.
-    A delivered, unacknowledged message is not in AMQP's count (documented)."""
-    url = _rabbitmq_url()
+    A delivered, unacknowledged message is counted too, from the management API (whose
+    figures lag by up to its statistics interval, so the test polls for it)."""
     queue = Queue(f"{prefix}.amqp", routing_key=f"{prefix}.amqp")
     missing = f"{prefix}.missing"
     held: list[Any] = []
     # Publisher confirms: each publish returns once the broker has queued the message.
-    with Connection(url, transport_options={"confirm_publish": True}) as conn:
+    with Connection(rabbitmq_url, transport_options={"confirm_publish": True}) as conn:
         channel = conn.channel()
         queue(channel).declare()
         publish = Producer(channel)
         for n in range(4):
             publish.publish({"n": n}, routing_key=queue.name)
-        probe = AmqpDepthProbe(conn)
+        probe = probe_from_url(
+            rabbitmq_url, transport_options={"management_url": rabbitmq_management_url}
+        )
         before = probe.sample([queue.name, missing])
         consumer = Consumer(
             conn.channel(), [queue], prefetch_count=1, callbacks=[lambda b, m: held.append(m)]
         )
         with consumer:
             conn.drain_events(timeout=5)
-            during = probe.sample([queue.name])[queue.name]
+            during = _poll_depth(probe, queue.name, lambda d: d.unacked > 0)
         queue(channel).delete()
-    assert (before[queue.name].ready, before[queue.name].consumers) == (4, 0)
+        probe.close()
+    assert (before[queue.name].ready, before[queue.name].unacked) == (4, 0)
+    assert before[queue.name].consumers == 0
     assert before[missing].total == 0
-    assert (during.ready, during.consumers, len(held)) == (3, 1, 1)
+    assert (during.ready, during.unacked, during.consumers, len(held)) == (3, 1, 1, 1)
+    assert during.total == 4
+
+
+def _poll_depth(
+    probe: Any, queue: str, done: Callable[[Any], bool], timeout_s: float = 20.0
+) -> Any:
+    """Sample until ``done(depth)`` (the management API refreshes every few seconds)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        depth = probe.sample([queue])[queue]
+        if done(depth) or time.monotonic() > deadline:
+            return depth
+        time.sleep(0.2)
+
+
+def test_rabbitmq_probe_without_the_management_api_says_so_once(
+    rabbitmq_url: str, prefix: str
+) -> None:
+    """No management plugin: ready and consumers still come from AMQP, unacked is 0,
+    and one warning names the API (without its password) instead of pretending."""
+    queue = Queue(f"{prefix}.nomgmt", routing_key=f"{prefix}.nomgmt")
+    with Connection(rabbitmq_url, transport_options={"confirm_publish": True}) as conn:
+        channel = conn.channel()
+        queue(channel).declare()
+        Producer(channel).publish({"n": 1}, routing_key=queue.name)
+        probe = AmqpDepthProbe(conn, management_url="http://guest:secret@127.0.0.1:1")
+        with structlog.testing.capture_logs() as events:
+            first = probe.sample([queue.name])[queue.name]
+            probe.sample([queue.name])
+        queue(channel).delete()
+    warnings = [e for e in events if e["event"] == "amqp_unacked_unavailable"]
+    assert (first.ready, first.unacked, first.consumers) == (1, 0, 0)
+    assert len(warnings) == 1
+    assert warnings[0]["management_url"] == "http://guest:***@127.0.0.1:1"
+    assert "secret" not in str(events)
+
+
+@pytest.mark.parametrize(
+    ("amqp_url", "management"),
+    [
+        ("amqp://guest:guest@127.0.0.1:5672//", "http://guest:guest@127.0.0.1:15672"),
+        ("amqps://port:p%40ss@mq.example:5671/edi", "https://port:p%40ss@mq.example:15672"),
+        ("amqp://mq.example//", "http://guest:guest@mq.example:15672"),
+    ],
+)
+def test_the_management_url_follows_the_broker_url(amqp_url: str, management: str) -> None:
+    assert management_url_for(amqp_url) == management

@@ -173,11 +173,16 @@ def replay(
     from celery import Celery
 
     from tidegate.integrations.celery.gated import REPLAY_HEADER
+    from tidegate.integrations.celery.preset import configure, ensure_queue
 
     with redis_client(redis_url) as client:
-        producer = Celery(broker=broker_url or resolve_redis_url(redis_url))
+        # Configured like the workers: on RabbitMQ each publish waits for the broker's
+        # confirm, and the queue a letter names is declared with the workers' arguments.
+        producer = configure(Celery(broker=broker_url or resolve_redis_url(redis_url)))
 
         def publish(letter: DeadLetter) -> None:
+            if letter.payload.get("queue"):
+                ensure_queue(producer, str(letter.payload["queue"]))
             producer.send_task(
                 letter.task,
                 args=letter.payload.get("args", []),

@@ -97,8 +97,13 @@ def build_replay_admission(
     else:
         from celery import Celery
 
+        from tidegate.integrations.celery.preset import CeleryPreset, configure
+
         probe = probe_from_url(broker)
-        out = CelerySender(Celery(broker=broker))
+        # Configured like the workers: on RabbitMQ the queues are declared with the same
+        # quorum arguments (else the broker refuses) and each publish waits for its confirm.
+        preset = CeleryPreset(queues=tuple(dict.fromkeys(queues)), routes={}) if queues else None
+        out = CelerySender(configure(Celery(broker=broker), preset))
     return Admission(
         out,
         dict.fromkeys(queues, ""),

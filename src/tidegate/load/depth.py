@@ -23,8 +23,13 @@ Redis (kombu's transport, ``kombu/transport/redis.py``):
   with an empty routing key, as a fanout).
 
 RabbitMQ: a passive ``queue.declare`` through kombu returns the ready messages and
-the consumer count. AMQP does not report unacknowledged messages there (the
-management API does), so ``unacked`` is 0 and ``consumers`` is set instead.
+the consumer count, exactly and at once. AMQP does not report unacknowledged messages
+(delivered to a worker, running or prefetched), so the probe reads them from the
+management API (``GET /api/queues/<vhost>/<queue>``, the ``rabbitmq_management``
+plugin; its figures are refreshed every ``collect_statistics_interval``, 5 s by
+default). The API's URL is the broker's host on port 15672 with the broker's
+credentials unless ``management_url`` says otherwise. Without the plugin, ``unacked``
+is 0 and the probe says so once (``amqp_unacked_unavailable``) rather than pretending.
 
 Both probes implement :class:`DepthProbe`; :func:`probe_for_app` picks one from a
 Celery app's broker URL. Neither writes anything.
@@ -36,12 +41,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
+import httpx
 import redis
 
 from tidegate._redis import client_from_url, map_redis_errors, redact_url
 from tidegate.errors import BackendUnavailable, ConfigurationError
+from tidegate.logging import get_logger
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -50,10 +57,12 @@ if TYPE_CHECKING:
 __all__ = [
     "KOMBU_PRIORITY_STEPS",
     "KOMBU_SEP",
+    "RABBITMQ_MANAGEMENT_PORT",
     "AmqpDepthProbe",
     "DepthProbe",
     "QueueDepth",
     "RedisDepthProbe",
+    "management_url_for",
     "probe_for_app",
     "probe_from_url",
 ]
@@ -62,6 +71,13 @@ __all__ = [
 KOMBU_SEP = "\x06\x16"
 #: kombu's Redis transport: the default priority steps (one list per step).
 KOMBU_PRIORITY_STEPS: tuple[int, ...] = (0, 3, 6, 9)
+
+log = get_logger("tidegate.load")
+
+#: Where the RabbitMQ management API listens unless told otherwise.
+RABBITMQ_MANAGEMENT_PORT = 15672
+#: A management API that does not answer within this is treated as absent for the sample.
+_MANAGEMENT_TIMEOUT_S = 2.0
 
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 _AMQP_SCHEMES = ("amqp", "amqps", "pyamqp", "librabbitmq")
@@ -77,7 +93,7 @@ class QueueDepth:
         queue: the queue name.
         ready: messages waiting to be delivered (every priority sub-queue).
         unacked: messages delivered to a worker and not acknowledged yet (reserved,
-            prefetched or running); 0 where the broker cannot tell (RabbitMQ).
+            prefetched or running); on RabbitMQ from the management API, 0 without it.
         consumers: consumers attached (RabbitMQ), ``None`` where unknown (Redis).
         by_priority: ``(priority step, ready messages)`` per sub-queue (Redis only).
     """
@@ -250,11 +266,32 @@ class RedisDepthProbe:
         self.client.close()
 
 
+def management_url_for(amqp_url: str) -> str:
+    """The management API of the broker at ``amqp_url``: same host and credentials,
+    port :data:`RABBITMQ_MANAGEMENT_PORT`, ``https`` for ``amqps``."""
+    parts = urlsplit(amqp_url)
+    scheme = "https" if parts.scheme == "amqps" else "http"
+    user = quote(unquote(parts.username or "guest"), safe="")
+    password = quote(unquote(parts.password or "guest"), safe="")
+    host = parts.hostname or "localhost"
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{user}:{password}@{host}:{RABBITMQ_MANAGEMENT_PORT}"
+
+
+def _vhost_of(connection: Connection) -> str:
+    vhost = str(connection.virtual_host or "/")
+    return vhost if vhost else "/"
+
+
 class AmqpDepthProbe:
-    """Depth of queues on RabbitMQ: a passive ``queue.declare`` per queue, through kombu.
+    """Depth of queues on RabbitMQ: ready and consumers from a passive ``queue.declare``
+    per queue (through kombu), unacked from the management API.
 
     Args:
         connection: a ``kombu.Connection`` (or an ``amqp://`` URL).
+        management_url: the management API's base URL (``http://user:pass@host:15672``);
+            ``None`` derives it from the connection (:func:`management_url_for`).
+        http: an ``httpx.Client`` to reuse (tests); one is made otherwise.
 
     A queue that does not exist yet has depth 0 (the passive declare's 404 is caught
     and the channel reopened).
@@ -262,16 +299,28 @@ class AmqpDepthProbe:
 
     broker = "amqp"
 
-    def __init__(self, connection: Connection | str) -> None:
+    def __init__(
+        self,
+        connection: Connection | str,
+        *,
+        management_url: str | None = None,
+        http: httpx.Client | None = None,
+    ) -> None:
         from kombu import Connection
 
         self.connection = Connection(connection) if isinstance(connection, str) else connection
+        self.management_url = (
+            management_url or management_url_for(self.connection.as_uri(include_password=True))
+        ).rstrip("/")
+        self._http = http or httpx.Client(timeout=_MANAGEMENT_TIMEOUT_S)
+        self._owns_http = http is None
+        self._unacked_warned = False
 
     def sample(self, queues: Sequence[str]) -> dict[str, QueueDepth]:
         from amqp.exceptions import NotFound
 
         names = _check_queues(queues)
-        result = {}
+        counts: dict[str, tuple[int, int]] = {}
         try:
             channel: Any = self.connection.channel()
             try:
@@ -281,19 +330,60 @@ class AmqpDepthProbe:
                     except NotFound:
                         channel = self.connection.channel()  # a 404 closes the channel
                         ready, consumers = 0, 0
-                    result[queue] = QueueDepth(queue, int(ready), 0, int(consumers))
+                    counts[queue] = (int(ready), int(consumers))
             finally:
                 channel.close()
         except self.connection.connection_errors as exc:
             raise BackendUnavailable(f"broker unreachable during queue depth: {exc}") from exc
+        unacked = self._unacked(names)
+        return {
+            queue: QueueDepth(queue, ready, unacked.get(queue, 0), consumers)
+            for queue, (ready, consumers) in counts.items()
+        }
+
+    def _unacked(self, names: list[str]) -> dict[str, int]:
+        """``messages_unacknowledged`` per queue from the management API ({} if absent)."""
+        vhost = quote(_vhost_of(self.connection), safe="")
+        result: dict[str, int] = {}
+        for queue in names:
+            url = f"{self.management_url}/api/queues/{vhost}/{quote(queue, safe='')}"
+            try:
+                response = self._http.get(url, params={"columns": "messages_unacknowledged"})
+            except httpx.HTTPError as exc:
+                self._warn_unacked(type(exc).__name__)
+                return {}
+            if response.status_code == 404:
+                continue  # not declared yet: nothing delivered either
+            if response.status_code != 200:
+                self._warn_unacked(f"HTTP {response.status_code}")
+                return {}
+            try:
+                result[queue] = int(response.json().get("messages_unacknowledged") or 0)
+            except (ValueError, TypeError, AttributeError):
+                self._warn_unacked("unreadable answer")
+                return {}
         return result
+
+    def _warn_unacked(self, error: str) -> None:
+        if not self._unacked_warned:
+            self._unacked_warned = True
+            log.warning(
+                "amqp_unacked_unavailable",
+                management_url=redact_url(self.management_url),
+                error=error,
+            )
 
     def close(self) -> None:
         self.connection.release()
+        if self._owns_http:
+            self._http.close()
 
 
 def probe_from_url(url: str, *, transport_options: Mapping[str, Any] | None = None) -> DepthProbe:
     """The probe for the broker at ``url``: ``redis://``/``rediss://`` or ``amqp://``.
+
+    For RabbitMQ, ``transport_options["management_url"]`` names the management API
+    when it is not on the broker's host at port 15672.
 
     Raises:
         ConfigurationError: any other scheme (SQS, …) — not supported.
@@ -302,7 +392,8 @@ def probe_from_url(url: str, *, transport_options: Mapping[str, Any] | None = No
     if scheme in _REDIS_SCHEMES:
         return RedisDepthProbe.from_url(url, transport_options=transport_options)
     if scheme in _AMQP_SCHEMES:
-        return AmqpDepthProbe(url)
+        management = (transport_options or {}).get("management_url")
+        return AmqpDepthProbe(url, management_url=str(management) if management else None)
     raise ConfigurationError(
         f"no queue depth probe for broker {redact_url(url)}: use redis://, rediss:// or amqp://"
     )

@@ -9,7 +9,8 @@ Run by real workers, one pool per downstream::
 Configuration comes from the environment, so the demo, the tests and a user's shell
 all start workers the same way:
 
-- ``TIDEGATE_REDIS_URL`` — broker, gate state, parking and DLQ;
+- ``TIDEGATE_REDIS_URL`` — gate state, parking and DLQ, and the broker unless…
+- ``TIDEGATE_BROKER_URL`` — …a separate broker is named (``amqp://`` for RabbitMQ);
 - ``TIDEGATE_CUSTOMS_URL`` / ``TIDEGATE_TOS_URL`` — the downstreams' base URLs;
 - ``TIDEGATE_CUSTOMS_RATE`` / ``_BURST``, ``TIDEGATE_TOS_CONCURRENCY`` … — gate defaults;
 - ``TIDEGATE_MAX_WAIT_S`` — longest wait in place before a message is parked;
@@ -27,6 +28,7 @@ from celery import Celery, signals
 
 from tidegate.bulk.celery import install_bulk
 from tidegate.integrations.celery import GatedTask, setup
+from tidegate.integrations.celery.amqp_worker import install_amqp_hooks
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.logging import configure as configure_logging
 from tidegate.ops.metrics import install_event_counters
@@ -37,7 +39,9 @@ _REDIS = os.environ.get("TIDEGATE_REDIS_URL") or os.environ.get(
     "REDIS_URL", "redis://127.0.0.1:6379/0"
 )
 
-app = Celery("tidegate-vessel", broker=_REDIS, backend=_REDIS)
+_BROKER = os.environ.get("TIDEGATE_BROKER_URL") or _REDIS
+
+app = Celery("tidegate-vessel", broker=_BROKER, backend=_REDIS)
 app.conf.tidegate_redis_url = _REDIS
 app.conf.tidegate_prefix = os.environ.get("TIDEGATE_PREFIX", "tidegate")
 app.conf.task_ignore_result = True
@@ -47,6 +51,7 @@ if "TIDEGATE_VISIBILITY_TIMEOUT_S" in os.environ:
         "visibility_timeout": float(os.environ["TIDEGATE_VISIBILITY_TIMEOUT_S"])
     }
 setup(app)
+install_amqp_hooks(app)
 
 _PATHS = {"customs": "/declarations", "tos": "/container-reports"}
 

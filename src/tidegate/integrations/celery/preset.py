@@ -14,6 +14,13 @@ What each setting is for:
   limit: an unacknowledged message older than it is handed to *another* worker while
   the first still runs it (Celery #5935, #6229). :func:`configure` refuses such a
   setup instead of running every slow task twice.
+- on RabbitMQ, task queues are quorum queues with a delivery limit whose overflow is
+  dead-lettered, at least once, into a queue tidegate drains into its DLQ (see
+  :mod:`~tidegate.integrations.celery.amqp_topology`), and every publish waits for the
+  broker's confirm (``confirm_publish``): the parking mover, a replay and admission
+  count a unit as handed over only once the broker has it. RabbitMQ redelivers an
+  unacknowledged message when its consumer's connection closes, not on a timer, so the
+  visibility-timeout check does not apply there.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from celery import Celery
 from kombu import Queue
 
 from tidegate.errors import ConfigurationError
+from tidegate.integrations.celery.amqp_topology import AmqpTopology, is_amqp_url
 
 __all__ = [
     "DEFAULT_QUEUES",
@@ -34,6 +42,7 @@ __all__ = [
     "CeleryPreset",
     "check_visibility_timeout",
     "configure",
+    "ensure_queue",
 ]
 
 #: The queue topology: one queue per downstream, plus the bulk fan-out queues.
@@ -70,6 +79,8 @@ class CeleryPreset:
             the gate — use these only as a local safety net.
         queues: queue names to declare.
         routes: task-name pattern → queue.
+        amqp: how task queues are declared when the broker is RabbitMQ (quorum queues,
+            delivery limit, dead-letter exchange); ignored on Redis.
     """
 
     soft_time_limit_s: float = 240.0
@@ -78,6 +89,7 @@ class CeleryPreset:
     rate_limits: Mapping[str, str] = field(default_factory=dict)
     queues: tuple[str, ...] = DEFAULT_QUEUES
     routes: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ROUTES))
+    amqp: AmqpTopology = field(default_factory=AmqpTopology)
 
     def __post_init__(self) -> None:
         if not 0 < self.soft_time_limit_s < self.hard_time_limit_s:
@@ -130,6 +142,17 @@ def configure(app: Celery, preset: CeleryPreset | None = None) -> Celery:
         ConfigurationError: the broker's visibility timeout is too short (see module).
     """
     preset = preset or CeleryPreset()
+    if is_amqp_url(str(app.conf.broker_url or "")):
+        queues = [preset.amqp.task_queue(name) for name in preset.queues]
+        # Merged, not replaced: the operator's own options (heartbeats, SSL) stay.
+        options = {**dict(app.conf.broker_transport_options or {}), "confirm_publish": True}
+        app.conf.update(
+            tidegate_amqp_topology=preset.amqp,
+            broker_transport_options=options,
+            task_create_missing_queue_type="quorum" if preset.amqp.quorum else "classic",
+        )
+    else:
+        queues = [Queue(name, routing_key=name) for name in preset.queues]
     app.conf.update(
         worker_prefetch_multiplier=1,
         task_acks_late=True,
@@ -143,7 +166,7 @@ def configure(app: Celery, preset: CeleryPreset | None = None) -> Celery:
         accept_content=["json"],
         result_accept_content=["json"],
         event_serializer="json",
-        task_queues=[Queue(name, routing_key=name) for name in preset.queues],
+        task_queues=queues,
         task_default_queue=preset.queues[0],
         task_routes={pattern: {"queue": queue} for pattern, queue in preset.routes.items()},
         task_annotations={name: {"rate_limit": rate} for name, rate in preset.rate_limits.items()},
@@ -152,3 +175,19 @@ def configure(app: Celery, preset: CeleryPreset | None = None) -> Celery:
     )
     check_visibility_timeout(app)
     return app
+
+
+def ensure_queue(app: Celery, name: str) -> None:
+    """Make ``name`` one of ``app``'s queues, declared as the workers declare it.
+
+    A publisher that sends to a queue its own preset does not list — a DLQ replay to
+    the queue a letter names — would otherwise have Celery create it with default
+    arguments; RabbitMQ refuses that declaration for a quorum queue the workers
+    declared with a delivery limit (``406 PRECONDITION_FAILED``). On Redis, and for a
+    queue already listed, this does nothing.
+    """
+    if not is_amqp_url(str(app.conf.broker_url or "")) or name in app.amqp.queues:
+        return
+    topology = app.conf.get("tidegate_amqp_topology")
+    topology = topology if isinstance(topology, AmqpTopology) else AmqpTopology()
+    app.amqp.queues.add(topology.task_queue(name))
