@@ -162,9 +162,13 @@ class Fleet:
     def _wait_ready(self, timeout_s: float, *, names: set[str] | None = None) -> None:
         from celery import Celery
 
-        probe = Celery(
-            broker=self.env.get("TIDEGATE_REDIS_URL") or os.environ["TIDEGATE_REDIS_URL"]
+        # The workers' broker: a separate one (RabbitMQ) when named, else the Redis store.
+        broker = (
+            self.env.get("TIDEGATE_BROKER_URL")
+            or self.env.get("TIDEGATE_REDIS_URL")
+            or os.environ["TIDEGATE_REDIS_URL"]
         )
+        probe = Celery(broker=broker)
         wanted = names if names is not None else {pool.name for pool in self.pools}
         deadline = time.monotonic() + timeout_s
         try:

@@ -28,7 +28,6 @@ from celery import Celery, signals
 
 from tidegate.bulk.celery import install_bulk
 from tidegate.integrations.celery import GatedTask, setup
-from tidegate.integrations.celery.amqp_worker import install_amqp_hooks
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.logging import configure as configure_logging
 from tidegate.ops.metrics import install_event_counters
@@ -51,7 +50,6 @@ if "TIDEGATE_VISIBILITY_TIMEOUT_S" in os.environ:
         "visibility_timeout": float(os.environ["TIDEGATE_VISIBILITY_TIMEOUT_S"])
     }
 setup(app)
-install_amqp_hooks(app)
 
 _PATHS = {"customs": "/declarations", "tos": "/container-reports"}
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from tidegate.integrations.celery.amqp_worker import install_amqp_hooks
 from tidegate.integrations.celery.broker import install_write_tolerant_broker
 from tidegate.integrations.celery.discards import DiscardGuard, install_discard_guard
 from tidegate.integrations.celery.gated import ATTEMPT_HEADER, GatedTask
@@ -62,6 +63,7 @@ def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True
     configure(app, preset)
     install_discard_guard(app)
     install_write_tolerant_broker(app)
+    install_amqp_hooks(app)  # RabbitMQ only: drain the broker's dead letters into the DLQ
 
     def _check(sender: Any = None, **_: Any) -> None:
         check_visibility_timeout(app)
