@@ -156,10 +156,9 @@ def test_misconfigured_visibility_timeout_refuses_to_start(redis_url: str) -> No
 
 
 def test_pickle_message_is_refused_and_reported(fleet: Any) -> None:
-    """A pickle-serialized task never runs: the worker refuses and logs why. On RabbitMQ
-    the refusal is a reject, the broker dead-letters the message, and it reaches
-    tidegate's DLQ with the reason, its bytes kept and never unpickled (on Redis,
-    kombu drops a rejected message: the log line is all there is)."""
+    """A pickle-serialized task never runs: on either broker the worker's discard guard
+    dead-letters it with the reason, its bytes kept and never unpickled (Celery alone
+    would drop it with only a log line)."""
     with fleet.producer.connection_for_write() as conn:
         producer = conn.Producer(serializer="pickle")
         producer.publish(
@@ -174,13 +173,12 @@ def test_pickle_message_is_refused_and_reported(fleet: Any) -> None:
 
     assert fleet.tos.stats(timeline=False)["requests"] == 0
     assert "untrusted content" in _worker_logs(fleet)
-    if fleet.broker == "amqp":
-        fleet.wait_for(lambda: fleet.dlq.get("pickled-1") is not None, timeout_s=30)
-        letter = fleet.dlq.get("pickled-1")
-        assert letter.exception == "BrokerDeadLettered"
-        assert letter.reason.startswith("a worker on edi.tos rejected it without requeue")
-        assert letter.payload["content_type"] == "application/x-python-serialize"
-        assert "args" not in letter.payload
+    fleet.wait_for(lambda: fleet.dlq.get("pickled-1") is not None, timeout_s=30)
+    letter = fleet.dlq.get("pickled-1")
+    assert letter.reason == "refused untrusted content (pickle)"
+    assert letter.payload["content_type"] == "application/x-python-serialize"
+    assert "args" not in letter.payload
+    assert len(fleet.dlq) == 1  # one record, not one from the worker and one from the broker
 
 
 def _worker_logs(fleet: Any) -> str:
