@@ -22,7 +22,10 @@ optional document check — :meth:`SimServer.set_document_check`), then the sim'
 admission policy (:meth:`SimServer._admit`: token bucket, connection cap, latency).
 Only an accepted write is recorded, with its key, at the instant it was admitted — so
 a write whose response the client never saw (a timeout) still counts, which is exactly
-how at-least-once delivery produces duplicates.
+how at-least-once delivery produces duplicates. A sim set to *commit at the end*
+(:meth:`SimServer.set_commit_at_end`) records it only when its service time is over,
+as a downstream that writes its database at the end of the request does: until then a
+lookup answers 404, even though the write is in its hands and will be accepted.
 
 Time comes from an injectable monotonic ``clock``; timestamps in the stats are
 ``time.time()`` floats derived from it, so a test that steps a fake clock gets a
@@ -202,6 +205,7 @@ class SimServer(ABC):
         self._rejected: frozenset[str] = frozenset()
         self._document_check: DocumentCheck | None = None
         self._outage: _Outage | None = None
+        self._commit_at_end = False
         self._server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._started = False
@@ -395,6 +399,20 @@ class SimServer(ABC):
             self._rejected = frozenset(keys)
         log.info("sim_reject_keys", kind=self.kind, keys=len(self._rejected))
 
+    def set_commit_at_end(self, enabled: bool = True) -> None:
+        """Record an accepted write when its service time is over, not when it is admitted.
+
+        A downstream that commits at the end of a slow request cannot confirm it by
+        lookup while the request runs — also when the client has given up waiting: the
+        write is still committed when the request finishes. A sender that asks too early
+        hears "not received" and sends again. Writes already in service keep the mode
+        they were admitted under; :meth:`reset` leaves the mode in place (it is part of
+        what the downstream is, not of its state).
+        """
+        with self._lock:
+            self._commit_at_end = bool(enabled)
+        log.info("sim_commit_mode", kind=self.kind, commit="at_end" if enabled else "on_admit")
+
     def set_document_check(self, check: DocumentCheck | None) -> None:
         """Validate every write's JSON body with ``check``, as a real gateway would.
 
@@ -495,7 +513,8 @@ class SimServer(ABC):
             self._in_flight += 1
             self._recorder.arrived(self._in_flight)
             now = self._clock()
-            reply, service_s, admitted = self._decide(now, key, problem)
+            commit_at_end = self._commit_at_end
+            reply, service_s, admitted = self._decide(now, key, problem, defer=commit_at_end)
             self._recorder.answered(reply.status, now)
         try:
             if service_s > 0:
@@ -505,12 +524,19 @@ class SimServer(ABC):
                 self._in_flight -= 1
                 if admitted:
                     self._admitted_in_flight -= 1
+                    if commit_at_end:
+                        assert key is not None
+                        self._recorder.accepted(key, self._clock())
         return reply
 
     def _decide(
-        self, now: float, key: str | None, problem: Reply | None
+        self, now: float, key: str | None, problem: Reply | None, *, defer: bool = False
     ) -> tuple[Reply, float, bool]:
-        """Answer one write; called under ``_lock``. Returns (reply, service_s, admitted)."""
+        """Answer one write; called under ``_lock``. Returns (reply, service_s, admitted).
+
+        With ``defer`` an admitted write is not recorded here: the caller records it when
+        its service time is over (commit at the end of the request).
+        """
         headers = self._extra_headers()
         outage = self._active_outage(now)
         if outage is not None:
@@ -532,7 +558,9 @@ class SimServer(ABC):
             if verdict.retry_after_s is not None:
                 headers["Retry-After"] = self._format_retry_after(now, verdict.retry_after_s)
             return json_reply(verdict.status, {"error": verdict.reason}, headers), 0.0, False
-        duplicate = self._recorder.accepted(key, now)
+        duplicate = self._recorder.lookup(key, count=False) if defer else None
+        if duplicate is None:
+            duplicate = self._recorder.accepted(key, now)
         self._admitted_in_flight += 1
         if fault is not None:
             self._consume(fault)
