@@ -47,3 +47,40 @@ def test_an_unreachable_redis_is_a_typed_error() -> None:
     client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
     with pytest.raises(BackendUnavailable):
         DeliveryLedger(client).state("tos", "K-5")
+
+
+def test_sending_keeps_when_the_last_attempt_started(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    """The entry says when the call started, on the fleet clock, read with Redis TIME."""
+    ledger = DeliveryLedger(redis_client, prefix=prefix)
+    assert ledger.sending("tos", "K-6", now_ms="1000000.5") == 1_000_000.5
+    assert ledger.sending("tos", "K-6", now_ms="2000000") == 2_000_000.0  # a later attempt
+    entry = ledger.entry("tos", "K-6")
+    seconds, micros = redis_client.time()
+    assert entry.state is DeliveryState.SENDING
+    assert entry.sent_at_ms == 2_000_000.0
+    assert abs(entry.now_ms - (seconds * 1000 + micros / 1000)) < 5_000
+
+
+def test_sending_without_a_time_takes_redis_time_and_spares_delivered(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    ledger = DeliveryLedger(redis_client, prefix=prefix)
+    sent = ledger.sending("tos", "K-7")
+    entry = ledger.entry("tos", "K-7")
+    assert sent is not None
+    assert entry.sent_at_ms == sent <= entry.now_ms
+    ledger.mark("tos", "K-7")
+    assert ledger.sending("tos", "K-7") is None
+    delivered = ledger.entry("tos", "K-7")
+    assert (delivered.state, delivered.sent_at_ms) == (DeliveryState.DELIVERED, None)
+
+
+def test_an_entry_written_before_send_times_were_kept_is_sending_without_one(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    ledger = DeliveryLedger(redis_client, prefix=prefix)
+    redis_client.set(f"{prefix}:delivered:{{tos}}:K-8", b"s")
+    entry = ledger.entry("tos", "K-8")
+    assert (entry.state, entry.sent_at_ms) == (DeliveryState.SENDING, None)

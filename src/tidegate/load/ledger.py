@@ -14,24 +14,36 @@ A unit that starts and finds ``sending`` does not know whether its previous atte
 landed; it asks the downstream (a status lookup by idempotency key) before sending
 again. That closes the window between "accepted" and "recorded" for downstreams that
 can answer the question; for those that cannot, the idempotency key is the last line.
+
+``sending`` keeps the instant (fleet clock, Redis ``TIME``) the attempt started
+(:meth:`DeliveryLedger.entry`): a downstream that commits at the end of a slow request
+answers a lookup "not received" until that request is over, so the lookup is only
+worth asking once the downstream can have finished it.
+
+The ledger is only as durable as Redis: with ``appendfsync everysec`` a host crash
+loses up to the last second of writes, ``delivered`` marks included. A record's
+absence therefore proves nothing for a message that is not new (a redelivery, a unit
+carrying earlier attempts): such a unit asks the downstream too.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import NamedTuple
 
 import redis
 
-from tidegate._redis import map_redis_errors
+from tidegate._redis import lua_script, map_redis_errors
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 
-__all__ = ["DEFAULT_LEDGER_TTL_S", "DeliveryLedger", "DeliveryState"]
+__all__ = ["DEFAULT_LEDGER_TTL_S", "DeliveryLedger", "DeliveryState", "LedgerEntry"]
 
 #: How long a key is remembered: longer than any replay or redelivery.
 DEFAULT_LEDGER_TTL_S = 7 * 24 * 3600
 
 _DELIVERED = b"1"
 _SENDING = b"s"
+_SENDING_SINCE = b"s:"
 
 
 class DeliveryState(enum.Enum):
@@ -43,6 +55,34 @@ class DeliveryState(enum.Enum):
     SENDING = "sending"
     #: Accepted by the downstream.
     DELIVERED = "delivered"
+
+
+class LedgerEntry(NamedTuple):
+    """One unit's record, read together with the fleet clock.
+
+    ``sent_at_ms``: when the last attempt started (ms since epoch, fleet clock), for a
+    ``SENDING`` entry that kept it; ``None`` otherwise. ``now_ms``: Redis ``TIME`` at
+    the read, so that ``now_ms - sent_at_ms`` never compares two hosts' clocks.
+    """
+
+    state: DeliveryState
+    sent_at_ms: float | None
+    now_ms: float
+
+
+def _parse(value: bytes | str | None) -> tuple[DeliveryState, float | None]:
+    if isinstance(value, str):  # a client built with decode_responses=True
+        value = value.encode()
+    if value is None:
+        return DeliveryState.NEW, None
+    if value == _DELIVERED:
+        return DeliveryState.DELIVERED, None
+    if value.startswith(_SENDING_SINCE):
+        try:
+            return DeliveryState.SENDING, float(value[len(_SENDING_SINCE) :])
+        except ValueError:
+            pass
+    return DeliveryState.SENDING, None
 
 
 class DeliveryLedger:
@@ -64,6 +104,7 @@ class DeliveryLedger:
         self.client = client
         self.prefix = prefix
         self.ttl_s = ttl_s
+        self._sending = client.register_script(lua_script("ledger_sending", "tidegate.load"))
 
     def _key(self, downstream: str, key: str) -> str:
         return f"{self.prefix}:delivered:{{{downstream}}}:{key}"
@@ -72,18 +113,38 @@ class DeliveryLedger:
         """Where ``key`` stands with ``downstream``."""
         with map_redis_errors("ledger check"):
             value = self.client.get(self._key(downstream, key))
-        if value is None:
-            return DeliveryState.NEW
-        return DeliveryState.DELIVERED if value == _DELIVERED else DeliveryState.SENDING
+        return _parse(value)[0]
+
+    def entry(self, downstream: str, key: str) -> LedgerEntry:
+        """``key``'s record with ``downstream`` and the fleet clock, in one round trip."""
+        with map_redis_errors("ledger check"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(self._key(downstream, key))
+            pipe.time()
+            value, (seconds, micros) = pipe.execute()
+        state, sent_at = _parse(value)
+        return LedgerEntry(state, sent_at, seconds * 1000 + micros / 1000)
 
     def delivered(self, downstream: str, key: str) -> bool:
         """Whether ``downstream`` already accepted ``key``."""
         return self.state(downstream, key) is DeliveryState.DELIVERED
 
-    def sending(self, downstream: str, key: str) -> None:
-        """Record that ``key`` is about to be sent (never downgrades ``delivered``)."""
+    def sending(self, downstream: str, key: str, *, now_ms: str = "") -> float | None:
+        """Record that ``key`` is about to be sent, and when (never downgrades ``delivered``).
+
+        Args:
+            downstream: the downstream's name.
+            key: the unit's idempotency key.
+            now_ms: the send time in ms since epoch; ``""`` (the default) takes Redis
+                ``TIME``, the fleet clock. Tests pass their own.
+
+        Returns:
+            The recorded send time (ms since epoch), or ``None`` when the entry already
+            says delivered.
+        """
         with map_redis_errors("ledger mark sending"):
-            self.client.set(self._key(downstream, key), _SENDING, ex=self.ttl_s, nx=True)
+            sent = self._sending(keys=[self._key(downstream, key)], args=[now_ms, self.ttl_s])
+        return None if sent is None else float(sent)
 
     def mark(self, downstream: str, key: str) -> None:
         """Record that ``downstream`` accepted ``key``."""
