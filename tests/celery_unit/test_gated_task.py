@@ -532,3 +532,25 @@ def test_max_request_s_comes_from_the_environment_and_is_checked(
     with pytest.raises(ConfigurationError, match="TIDEGATE_TOS_MAX_REQUEST_S"):
         push.apply(args=[ENVELOPE]).get()
     assert tos.stats(timeline=False)["requests"] == 0
+
+
+def test_after_a_redis_restart_a_unit_without_a_record_asks_first(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """The crash lost the delivered mark *and* the broker's pop: the message is back,
+    looking new. The ledger last saw another Redis run, so it is in doubt: ask."""
+    with DownstreamClient("tos", tos.url) as client:
+        client.send(tos.path, {"edifact": "x"}, idempotency_key=ENVELOPE["key"])
+    redis_client.hset(f"{prefix}:ledger-epoch:{{tos}}", "run_id", "0" * 40)
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+
+    with capture_logs() as logs:
+        result = push.apply(args=[ENVELOPE]).get()
+
+    stats = tos.stats(timeline=False)
+    assert result == {"tidegate": "already_delivered"}
+    assert calls == []
+    assert (stats["accepted"], stats["lookups"]) == (1, 1)
+    reconciled = [(e["basis"], e["outcome"]) for e in logs if e["event"] == "delivery_reconciled"]
+    assert reconciled == [("redis_restarted", "accepted_before")]

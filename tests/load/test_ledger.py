@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from tidegate.errors import BackendUnavailable
+from tidegate.errors import BackendUnavailable, ConfigurationError
 from tidegate.load import DeliveryLedger, DeliveryState
 
 pytestmark = pytest.mark.redis
@@ -84,3 +84,33 @@ def test_an_entry_written_before_send_times_were_kept_is_sending_without_one(
     redis_client.set(f"{prefix}:delivered:{{tos}}:K-8", b"s")
     entry = ledger.entry("tos", "K-8")
     assert (entry.state, entry.sent_at_ms) == (DeliveryState.SENDING, None)
+
+
+def test_a_redis_restart_puts_the_ledger_in_doubt_for_doubt_s() -> None:
+    """Killed and started again from its AOF: a missing record may be a lost one."""
+    from tidegate.redis_server import EmbeddedRedis
+
+    server = EmbeddedRedis(appendonly=True).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        ledger = DeliveryLedger(client, prefix="t")
+        calm = DeliveryLedger(client, prefix="t", doubt_s=0)
+        first = ledger.entry("tos", "K-9")  # the first sight of a server is no restart
+        again = ledger.entry("tos", "K-9")
+        server.kill()
+        server.start()
+        client.connection_pool.disconnect()
+        after = ledger.entry("tos", "K-9"), ledger.entry("tos", "K-10")
+        no_doubt = calm.entry("customs", "K-9")
+    finally:
+        server.stop()
+
+    assert (first.in_doubt, again.in_doubt) == (False, False)
+    assert [e.in_doubt for e in after] == [True, True]
+    assert [e.state for e in after] == [DeliveryState.NEW, DeliveryState.NEW]
+    assert no_doubt.in_doubt is False
+
+
+def test_a_negative_doubt_is_a_configuration_error(redis_client: redis.Redis) -> None:
+    with pytest.raises(ConfigurationError, match="doubt_s"):
+        DeliveryLedger(redis_client, doubt_s=-1)

@@ -23,23 +23,38 @@ worth asking once the downstream can have finished it.
 The ledger is only as durable as Redis: with ``appendfsync everysec`` a host crash
 loses up to the last second of writes, ``delivered`` marks included. A record's
 absence therefore proves nothing for a message that is not new (a redelivery, a unit
-carrying earlier attempts): such a unit asks the downstream too.
+carrying earlier attempts): such a unit asks the downstream too. When the broker is
+the same Redis, the lost second also holds the pops of the messages those marks
+settled: they come back looking new. So the ledger notices a restart (a new server
+``run_id``, ``ledger_entry.lua``) and stays *in doubt* for ``doubt_s`` afterwards
+(:attr:`LedgerEntry.in_doubt`): every unit without a record asks first.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from typing import NamedTuple
 
 import redis
 
 from tidegate._redis import lua_script, map_redis_errors
+from tidegate.errors import ConfigurationError
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 
-__all__ = ["DEFAULT_LEDGER_TTL_S", "DeliveryLedger", "DeliveryState", "LedgerEntry"]
+__all__ = [
+    "DEFAULT_LEDGER_DOUBT_S",
+    "DEFAULT_LEDGER_TTL_S",
+    "DeliveryLedger",
+    "DeliveryState",
+    "LedgerEntry",
+]
 
 #: How long a key is remembered: longer than any replay or redelivery.
 DEFAULT_LEDGER_TTL_S = 7 * 24 * 3600
+#: How long after a Redis restart a unit without a record asks the downstream first:
+#: long enough for the fleet to work off what was queued when Redis died.
+DEFAULT_LEDGER_DOUBT_S = 900
 
 _DELIVERED = b"1"
 _SENDING = b"s"
@@ -63,11 +78,14 @@ class LedgerEntry(NamedTuple):
     ``sent_at_ms``: when the last attempt started (ms since epoch, fleet clock), for a
     ``SENDING`` entry that kept it; ``None`` otherwise. ``now_ms``: Redis ``TIME`` at
     the read, so that ``now_ms - sent_at_ms`` never compares two hosts' clocks.
+    ``in_doubt``: Redis restarted less than the ledger's ``doubt_s`` ago, so a missing
+    record may be a lost one.
     """
 
     state: DeliveryState
     sent_at_ms: float | None
     now_ms: float
+    in_doubt: bool = False
 
 
 def _parse(value: bytes | str | None) -> tuple[DeliveryState, float | None]:
@@ -92,6 +110,7 @@ class DeliveryLedger:
         client: a sync Redis client.
         prefix: key prefix.
         ttl_s: how long a key is remembered.
+        doubt_s: how long after a Redis restart :meth:`entry` says ``in_doubt``.
     """
 
     def __init__(
@@ -100,14 +119,22 @@ class DeliveryLedger:
         *,
         prefix: str = DEFAULT_PREFIX,
         ttl_s: int = DEFAULT_LEDGER_TTL_S,
+        doubt_s: float = DEFAULT_LEDGER_DOUBT_S,
     ) -> None:
+        if not (math.isfinite(doubt_s) and doubt_s >= 0):
+            raise ConfigurationError(f"doubt_s must be a finite number >= 0, got {doubt_s!r}")
         self.client = client
         self.prefix = prefix
         self.ttl_s = ttl_s
+        self.doubt_s = doubt_s
         self._sending = client.register_script(lua_script("ledger_sending", "tidegate.load"))
+        self._entry = client.register_script(lua_script("ledger_entry", "tidegate.load"))
 
     def _key(self, downstream: str, key: str) -> str:
         return f"{self.prefix}:delivered:{{{downstream}}}:{key}"
+
+    def _epoch_key(self, downstream: str) -> str:
+        return f"{self.prefix}:ledger-epoch:{{{downstream}}}"
 
     def state(self, downstream: str, key: str) -> DeliveryState:
         """Where ``key`` stands with ``downstream``."""
@@ -116,14 +143,13 @@ class DeliveryLedger:
         return _parse(value)[0]
 
     def entry(self, downstream: str, key: str) -> LedgerEntry:
-        """``key``'s record with ``downstream`` and the fleet clock, in one round trip."""
+        """``key``'s record with ``downstream``, the fleet clock and the doubt, in one call."""
+        keys = [self._key(downstream, key), self._epoch_key(downstream)]
         with map_redis_errors("ledger check"):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.get(self._key(downstream, key))
-            pipe.time()
-            value, (seconds, micros) = pipe.execute()
-        state, sent_at = _parse(value)
-        return LedgerEntry(state, sent_at, seconds * 1000 + micros / 1000)
+            value, now, doubt_until = self._entry(keys=keys, args=[self.doubt_s * 1000])
+        state, sent_at = _parse(value or None)
+        now_ms = float(now)
+        return LedgerEntry(state, sent_at, now_ms, now_ms < float(doubt_until))
 
     def delivered(self, downstream: str, key: str) -> bool:
         """Whether ``downstream`` already accepted ``key``."""

@@ -148,7 +148,7 @@ class GatedTask(Task[Any, Any]):
                     settled = self._settled_before(rt, args, kwargs, entry, max_request_s)
                     if settled is not None:
                         return settled
-                    basis = self._doubt(entry.state, attempt, first_failed)
+                    basis = self._doubt(entry, attempt, first_failed)
                     checked = True
                 with gate.slot(max_wait=self.max_wait_s):
                     if basis is not None and self._confirmed(key, basis):
@@ -222,14 +222,15 @@ class GatedTask(Task[Any, Any]):
         verdict = Verdict(Action.PARK, wait_s, AWAITING_COMMIT, attempt)
         return self._park(rt, args, kwargs, verdict, first_failed)
 
-    def _doubt(self, state: DeliveryState, attempt: int, first_failed: float | None) -> str | None:
+    def _doubt(self, entry: LedgerEntry, attempt: int, first_failed: float | None) -> str | None:
         """Why the unit must ask the downstream before sending, or ``None`` if it need not.
 
         ``sending``: an earlier attempt may have landed. No record at all proves
-        nothing either when the message is not new: the ledger may have lost the
-        record with the last second of Redis's append-only file (a host crash).
+        nothing either when the message is not new, or when Redis restarted a moment
+        ago: the ledger may have lost the record with the last second of Redis's
+        append-only file (a host crash) — and the broker, the pop of the message.
         """
-        if state is DeliveryState.SENDING:
+        if entry.state is DeliveryState.SENDING:
             return "ledger_sending"
         info = self.request.delivery_info or {}
         if info.get("redelivered") or self._header("redelivered"):
@@ -238,6 +239,8 @@ class GatedTask(Task[Any, Any]):
             return "earlier_attempts"
         if self._header(REPLAY_HEADER):
             return "replay"
+        if entry.in_doubt:
+            return "redis_restarted"
         return None
 
     def _max_request_s(self) -> float | None:
