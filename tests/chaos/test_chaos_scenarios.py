@@ -206,15 +206,15 @@ def test_host_crash(redis_binary: str) -> None:
 
 
 def test_slow_commit(redis_binary: str) -> None:
-    """For 2 s the TOS takes 12 s per request (the task's soft limit is 8 s) and
-    records a document only when the request ends. Each given-up unit is parked until
-    max_request_s after its call started, then its lookup finds the late commit: no
-    key is accepted twice."""
+    """The TOS records a document only when its request ends; two of its requests
+    take 12 s (the task's soft limit is 8 s) while the other connections go through.
+    Each given-up unit is parked until max_request_s after its call started, then its
+    lookup finds the late commit: no key is accepted twice."""
     report, checks = _run("slow-commit")
     chaos = report["chaos"]
 
     _assert_invariant(report)
     assert _failed(checks) == []
     assert report["duplicates"] == 0
-    assert chaos["tos_calls_given_up"] >= 1
-    assert chaos["reconciled"].get("accepted_before", 0) >= 1
+    assert chaos["tos_calls_given_up"] == 2
+    assert chaos["reconciled"].get("accepted_before", 0) >= 2

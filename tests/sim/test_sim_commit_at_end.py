@@ -70,3 +70,22 @@ def test_a_repeat_committed_at_the_end_is_counted_as_a_duplicate(
 
     stats = tos.stats(timeline=False)
     assert (stats["accepted"], stats["distinct_keys"], stats["duplicates"]) == (2, 1, 1)
+
+
+def test_stragglers_take_their_own_service_time_one_in_every(held_sleep: Any) -> None:
+    """Two stragglers, one in three writes: writes 3 and 6 are slow, the rest not."""
+    with TosSim(max_connections=10, service_s=0.0, sleep=held_sleep) as tos:
+        tos.set_stragglers(7.5, count=2, every=3)
+        statuses = []
+        for n in range(8):
+            try:
+                reply = httpx.post(
+                    tos.endpoint, json={"n": n}, headers={"Idempotency-Key": f"K-{n}"}, timeout=0.3
+                )
+                statuses.append(reply.status_code)
+            except httpx.ReadTimeout:
+                statuses.append(None)
+        held_sleep.release()
+
+    assert statuses == [200, 200, None, 200, 200, None, 200, 200]
+    assert held_sleep.durations == [7.5, 7.5]

@@ -28,10 +28,11 @@ server):
     The TOS gets ``slow_factor`` × slower for ``fault_s``, with more TOS worker
     processes than TOS connections: the concurrency leases must hold the cap.
 ``slow-commit``
-    For ``fault_s`` the TOS takes 4 s longer than the workers' soft time limit and records
-    a document only when the request finishes: each call in that window is given up
-    by its task while the TOS still commits it. The workers know the TOS's
-    ``max_request_s`` (``TIDEGATE_TOS_MAX_REQUEST_S``): no lookup, no resend before it.
+    The TOS records a document only when the request finishes, and from ``fault_at_s``
+    a few of its requests (``stragglers``, one in five) take 4 s longer than the
+    workers' soft time limit while the rest go through: the task gives up, the TOS
+    still commits. The workers know the TOS's ``max_request_s``
+    (``TIDEGATE_TOS_MAX_REQUEST_S``): no lookup, no resend before it.
 ``poison``
     Malformed documents (truncated, not EDIFACT, broken references, an envelope
     without a body) are mixed into the burst, plus oversized ones that the intake must
@@ -262,6 +263,7 @@ class ChaosConfig:
         outage_backlog: ``downstream-outage``: start the outage (not before
             ``fault_at_s``) once at most this many customs documents are left.
         aof_lost_s: ``host-crash``: the seconds of append-only file lost with the host.
+        stragglers: ``slow-commit``: TOS requests that outlive their task.
         label: tells apart two runs of one kind in a report.
         timing: the workers' time limits (:class:`WorkerTiming`).
     """
@@ -287,6 +289,7 @@ class ChaosConfig:
     poison_per_kind: int = 5
     outage_backlog: int | None = None
     aof_lost_s: float = 1.0
+    stragglers: int = 2
     label: str = ""
     timing: WorkerTiming = field(default_factory=WorkerTiming)
 
@@ -361,7 +364,7 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
             "host-crash": {"fault_at_s": 3.0, "fault_s": 4.0, "tos_service_s": 0.15},
             "downstream-outage": {"customs_rate": 5.0},
             "slow-downstream": {"fault_at_s": 1.0, "fault_s": 8.0, "tos_workers": 6},
-            "slow-commit": {"fault_at_s": 1.0, "fault_s": 2.0, "tos_service_s": 0.15},
+            "slow-commit": {"fault_at_s": 1.0, "tos_service_s": 0.15},
             "poison": {"interchanges": 200, "poison_per_kind": 2},
         }
     else:
@@ -389,7 +392,7 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
                 "label": "150 in flight",
             },
             "slow-downstream": {"interchanges": 3000, "tos_workers": 6},
-            "slow-commit": {"interchanges": 3000, "fault_at_s": 10.0, "fault_s": 5.0},
+            "slow-commit": {"interchanges": 3000, "fault_at_s": 10.0, "stragglers": 8},
             "poison": {"interchanges": 2000},
         }
     return replace(base, **shapes[kind])
@@ -1377,9 +1380,10 @@ class _SlowDownstream(_Scenario):
 
 
 class _SlowCommit(_Scenario):
-    """The TOS commits at the end of each request; for ``fault_s`` a request takes 4 s
-    longer than the task's soft time limit, so the task gives up first — and its retry,
-    after the usual backoff of a second or so, would find nothing yet."""
+    """The TOS commits at the end of each request; a few requests take 4 s longer than
+    the task's soft time limit, so the task gives up first — and its retry, after the
+    usual backoff of a second or so, would find nothing yet while the other TOS
+    connections take the resend."""
 
     def __init__(self, config: ChaosConfig, log_dir: Path | None) -> None:
         super().__init__(config, log_dir)
@@ -1387,7 +1391,6 @@ class _SlowCommit(_Scenario):
         # What the TOS may take to finish a request it received, as its operator says.
         self.max_request_s = self.slow_service_s + 2.0
         self.slow_from: float | None = None
-        self.slow_until: float | None = None
 
     def worker_env(self) -> Mapping[str, str]:
         return {**super().worker_env(), "TIDEGATE_TOS_MAX_REQUEST_S": repr(self.max_request_s)}
@@ -1399,16 +1402,12 @@ class _SlowCommit(_Scenario):
         super().tick(run, t)
         cfg = self.config
         if self.slow_from is None and t >= cfg.fault_at_s:
-            run.tos.set_service_s(self.slow_service_s)
+            run.tos.set_stragglers(self.slow_service_s, count=cfg.stragglers, every=5)
             self.slow_from = time.time()
-            self.timeline.append({"t": round(t, 2), "event": "tos_slow_commit"})
-        elif self.slow_until is None and t >= cfg.fault_at_s + cfg.fault_s:
-            run.tos.set_service_s(cfg.tos_service_s)
-            self.slow_until = time.time()
-            self.timeline.append({"t": round(t, 2), "event": "tos_normal"})
+            self.timeline.append({"t": round(t, 2), "event": "tos_stragglers"})
 
     def busy(self, t: float) -> bool:
-        return self.slow_until is None
+        return self.slow_from is None or time.time() < self.slow_from + self.max_request_s
 
     def collect(self, run: RunHandles) -> dict[str, Any]:
         data = super().collect(run)

@@ -130,6 +130,14 @@ class _Fault:
     until: float | None
 
 
+@dataclass(slots=True)
+class _Stragglers:
+    service_s: float
+    every: int
+    remaining: int
+    seen: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class _Outage:
     mode: OutageMode
@@ -206,6 +214,7 @@ class SimServer(ABC):
         self._document_check: DocumentCheck | None = None
         self._outage: _Outage | None = None
         self._commit_at_end = False
+        self._stragglers: _Stragglers | None = None
         self._server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._started = False
@@ -354,6 +363,7 @@ class SimServer(ABC):
             self._fault = None
             self._rejected = frozenset()
             self._outage = None
+            self._stragglers = None
             self._reset_policy(self._clock())
         log.info("sim_reset", kind=self.kind)
 
@@ -412,6 +422,36 @@ class SimServer(ABC):
         with self._lock:
             self._commit_at_end = bool(enabled)
         log.info("sim_commit_mode", kind=self.kind, commit="at_end" if enabled else "on_admit")
+
+    def set_stragglers(self, service_s: float, *, count: int, every: int = 1) -> None:
+        """Make ``count`` of the next accepted writes take ``service_s`` — one in ``every``.
+
+        A straggler is a request the downstream is slow to finish (a lock, a slow
+        disk) while the others go through: it holds its connection for ``service_s``
+        and, with :meth:`set_commit_at_end`, is recorded only then. Replaces earlier
+        stragglers still due; :meth:`reset` clears them.
+        """
+        check_positive("service_s", service_s)
+        if count < 1 or every < 1:
+            raise ConfigurationError(f"count and every must be >= 1, got {count!r}, {every!r}")
+        with self._lock:
+            self._stragglers = _Stragglers(service_s, every, count)
+        log.info(
+            "sim_stragglers_set", kind=self.kind, service_s=service_s, count=count, every=every
+        )
+
+    def _straggle(self, service_s: float) -> float:
+        """The service time of a write being admitted: a straggler's, or its own."""
+        stragglers = self._stragglers
+        if stragglers is None:
+            return service_s
+        stragglers.seen += 1
+        if stragglers.seen % stragglers.every:
+            return service_s
+        stragglers.remaining -= 1
+        if stragglers.remaining == 0:
+            self._stragglers = None
+        return stragglers.service_s
 
     def set_document_check(self, check: DocumentCheck | None) -> None:
         """Validate every write's JSON body with ``check``, as a real gateway would.
@@ -562,12 +602,13 @@ class SimServer(ABC):
         if duplicate is None:
             duplicate = self._recorder.accepted(key, now)
         self._admitted_in_flight += 1
+        service_s = self._straggle(verdict.service_s)
         if fault is not None:
             self._consume(fault)
             html = b"<html><body>gateway ok</body></html>"
-            return Reply(200, html, "text/html", headers), verdict.service_s, True
+            return Reply(200, html, "text/html", headers), service_s, True
         body = {"status": "accepted", "idempotency_key": key, "duplicate": duplicate}
-        return json_reply(200, {**body, **verdict.extra}, headers), verdict.service_s, True
+        return json_reply(200, {**body, **verdict.extra}, headers), service_s, True
 
     def _handle_lookup(self, key: str) -> Reply:
         """Answer ``GET <path>/<key>``: was a write with this key ever accepted?
