@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 
@@ -9,6 +11,20 @@ from tidegate.errors import ConfigurationError
 from tidegate.redis_server import EmbeddedRedis
 
 pytestmark = pytest.mark.redis
+
+
+def _written(server: EmbeddedRedis, size: int) -> int:
+    """Wait until the AOF has grown past ``size``; return its size.
+
+    Under ``everysec`` Redis writes the file before it answers — unless a background
+    fsync is still running, when it may hold the write back up to 2 s. Waiting for the
+    file (a real condition) keeps the test about the crash, not about that delay.
+    """
+    deadline = time.monotonic() + 10
+    while server.aof_size() <= size and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.aof_size() > size, "redis never wrote the AOF"
+    return server.aof_size()
 
 
 def _restart_and_read(server: EmbeddedRedis, keys: list[str]) -> list[bytes | None]:
@@ -26,15 +42,18 @@ def test_a_process_kill_loses_nothing_a_host_crash_loses_the_tail() -> None:
     server = EmbeddedRedis(appendonly=True).start()
     try:
         client = redis.Redis.from_url(server.url)
+        size = server.aof_size()
         client.set("before", "1")
-        kept = server.aof_size()
+        size = _written(server, size)
         client.set("after", "2")
+        _written(server, size)
         client.close()
         server.kill()
         killed = _restart_and_read(server, ["before", "after"])
         client = redis.Redis.from_url(server.url)
         kept = server.aof_size()
         client.set("later", "3")
+        _written(server, kept)
         client.close()
         cut = server.crash(keep_aof_bytes=kept)
         crashed = _restart_and_read(server, ["before", "after", "later"])
@@ -51,9 +70,11 @@ def test_a_crash_cut_inside_a_command_still_restarts_without_it() -> None:
     server = EmbeddedRedis(appendonly=True).start()
     try:
         client = redis.Redis.from_url(server.url)
+        size = server.aof_size()
         client.set("whole", "1")
-        kept = server.aof_size()
+        kept = _written(server, size)
         client.set("torn", "x" * 1000)
+        _written(server, kept)
         client.close()
         cut = server.crash(keep_aof_bytes=kept + 20)
         after = _restart_and_read(server, ["whole", "torn"])

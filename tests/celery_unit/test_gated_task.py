@@ -554,3 +554,22 @@ def test_after_a_redis_restart_a_unit_without_a_record_asks_first(
     assert (stats["accepted"], stats["lookups"]) == (1, 1)
     reconciled = [(e["basis"], e["outcome"]) for e in logs if e["event"] == "delivery_reconciled"]
     assert reconciled == [("redis_restarted", "accepted_before")]
+
+
+def test_a_refused_call_leaves_no_commit_to_wait_for(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A 503 then the unit back at once: it asks and sends, it does not wait out
+    max_request_s for a request the TOS never took in."""
+    calls: list[str] = []
+    push = _task(app, tos, calls, max_request_s=30.0)
+    tos.set_fault("503", count=1)
+
+    first = push.apply(args=[ENVELOPE]).get()
+    again = push.apply(args=[ENVELOPE], headers={ATTEMPT_HEADER: 1}).get()
+
+    assert (first["tidegate"], first["reason"]) == ("parked", "downstream_unavailable")
+    assert again == {"tidegate": "delivered"}
+    stats = tos.stats(timeline=False)
+    assert calls == [ENVELOPE["key"]] * 2
+    assert (stats["accepted"], stats["lookups"]) == (1, 1)

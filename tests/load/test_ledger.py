@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 
@@ -95,8 +97,13 @@ def test_a_redis_restart_puts_the_ledger_in_doubt_for_doubt_s() -> None:
         client = redis.Redis.from_url(server.url)
         ledger = DeliveryLedger(client, prefix="t")
         calm = DeliveryLedger(client, prefix="t", doubt_s=0)
+        size = server.aof_size()
         first = ledger.entry("tos", "K-9")  # the first sight of a server is no restart
         again = ledger.entry("tos", "K-9")
+        # everysec may hold a write back while an fsync runs: wait for the file.
+        deadline = time.monotonic() + 10
+        while server.aof_size() <= size and time.monotonic() < deadline:
+            time.sleep(0.01)
         server.kill()
         server.start()
         client.connection_pool.disconnect()

@@ -172,6 +172,15 @@ class DeliveryLedger:
             sent = self._sending(keys=[self._key(downstream, key)], args=[now_ms, self.ttl_s])
         return None if sent is None else float(sent)
 
+    def refused(self, downstream: str, key: str) -> None:
+        """Record that the last attempt was refused outright (a 503, a connection never
+        made): no request of ``key`` can still be running downstream, so a later
+        attempt need not wait for one. The entry stays ``sending`` (an attempt before
+        it may have landed), with its send time set to 0; ``delivered`` is left alone.
+        """
+        with map_redis_errors("ledger mark refused"):
+            self._sending(keys=[self._key(downstream, key)], args=["0", self.ttl_s])
+
     def mark(self, downstream: str, key: str) -> None:
         """Record that ``downstream`` accepted ``key``."""
         with map_redis_errors("ledger mark"):

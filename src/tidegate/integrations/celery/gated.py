@@ -181,12 +181,8 @@ class GatedTask(Task[Any, Any]):
                     )
                     raise Reject(verdict.reason, requeue=True) from exc
                 if verdict.action is Action.PARK:
-                    if call_started is not None and max_request_s and _may_have_reached(exc):
-                        # The request may still be running downstream: neither a lookup
-                        # nor a resend means anything before it can have finished.
-                        left_s = max_request_s - (time.monotonic() - call_started)
-                        if left_s > verdict.delay_s:
-                            verdict = verdict._replace(delay_s=left_s)
+                    if call_started is not None and max_request_s:
+                        verdict = self._await_request(rt, key, exc, verdict, call_started)
                     return self._park(rt, args, kwargs, verdict, first_failed)
                 return self._dead_letter(rt, args, kwargs, verdict, exc)
             # Delivered: from here on nothing may send it again or requeue it.
@@ -221,6 +217,29 @@ class GatedTask(Task[Any, Any]):
         first_failed = _epoch_or_none(self._header(FIRST_FAILED_HEADER))
         verdict = Verdict(Action.PARK, wait_s, AWAITING_COMMIT, attempt)
         return self._park(rt, args, kwargs, verdict, first_failed)
+
+    def _await_request(
+        self, rt: Runtime, key: str, exc: Exception, verdict: Verdict, call_started: float
+    ) -> Verdict:
+        """Park a unit whose call may still be running downstream until it can have
+        finished: neither a lookup nor a resend means anything before. A call refused
+        outright cannot be running: the ledger forgets its send time, so that the next
+        attempt does not wait for it."""
+        if not _may_have_reached(exc):
+            try:
+                rt.ledger.refused(self.downstream, key)
+            except BackendError as error:
+                # The next attempt waits max_request_s for nothing: slower, not wrong.
+                log.warning(
+                    "ledger_mark_failed",
+                    task=self.name,
+                    downstream=self.downstream,
+                    key_hash=key_hash(key),
+                    error=type(error).__name__,
+                )
+            return verdict
+        left_s = (self._max_request_s() or 0.0) - (time.monotonic() - call_started)
+        return verdict._replace(delay_s=left_s) if left_s > verdict.delay_s else verdict
 
     def _doubt(self, entry: LedgerEntry, attempt: int, first_failed: float | None) -> str | None:
         """Why the unit must ask the downstream before sending, or ``None`` if it need not.
