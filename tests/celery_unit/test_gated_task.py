@@ -481,7 +481,8 @@ def test_a_timed_out_call_is_not_resent_before_the_downstream_can_have_committed
         calls: list[str] = []
         push = _task(app, slow, calls, max_request_s=30.0)
         try:
-            first = push.apply(args=[ENVELOPE]).get()
+            with capture_logs() as logs:
+                first = push.apply(args=[ENVELOPE]).get()
             early = push.apply(args=[ENVELOPE], headers={ATTEMPT_HEADER: 1}).get()
             during = slow.stats(timeline=False)
         finally:
@@ -496,6 +497,8 @@ def test_a_timed_out_call_is_not_resent_before_the_downstream_can_have_committed
 
     assert (first["tidegate"], first["reason"]) == ("parked", "downstream_unavailable")
     assert 29.0 <= first["delay_s"] <= 30.0
+    (awaiting,) = [e for e in logs if e["event"] == "delivery_awaiting_commit"]
+    assert (awaiting["error"], awaiting["key_hash"]) == ("DownstreamUnavailable", key_hash(key))
     assert (early["tidegate"], early["reason"]) == ("parked", AWAITING_COMMIT)
     assert 28.0 <= early["delay_s"] <= 30.0
     assert (during["requests"], during["lookups"], during["accepted"]) == (1, 0, 0)

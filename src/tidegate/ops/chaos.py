@@ -1415,15 +1415,14 @@ class _SlowCommit(_Scenario):
         waits = [e for e in parked if e.get("reason") == "awaiting_downstream_commit"]
         given_up = [
             e
-            for e in parked
-            if e.get("task") == TASK_FOR_QUEUE["edi.tos"]
-            and e.get("reason") == "downstream_unavailable"
-            and float(e.get("delay_s", 0.0)) >= self.max_request_s - self.slow_service_s
+            for e in _events(self.log_dir, {"delivery_awaiting_commit"})
+            if e.get("downstream") == "tos"
         ]
         data.update(
             slow_service_s=self.slow_service_s,
             max_request_s=self.max_request_s,
             tos_calls_given_up=len(given_up),
+            given_up_by_error=dict(Counter(str(e.get("error")) for e in given_up)),
             parked_awaiting_commit=len(waits),
             reconciled_by_basis=_reconciled_by_basis(self.log_dir),
             reconciled=_reconciled(self.log_dir),

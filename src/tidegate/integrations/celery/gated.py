@@ -239,7 +239,17 @@ class GatedTask(Task[Any, Any]):
                 )
             return verdict
         left_s = (self._max_request_s() or 0.0) - (time.monotonic() - call_started)
-        return verdict._replace(delay_s=left_s) if left_s > verdict.delay_s else verdict
+        if left_s <= verdict.delay_s:
+            return verdict
+        log.info(
+            "delivery_awaiting_commit",
+            task=self.name,
+            downstream=self.downstream,
+            key_hash=key_hash(key),
+            error=type(exc).__name__,
+            wait_s=round(left_s, 3),
+        )
+        return verdict._replace(delay_s=left_s)
 
     def _doubt(self, entry: LedgerEntry, attempt: int, first_failed: float | None) -> str | None:
         """Why the unit must ask the downstream before sending, or ``None`` if it need not.
