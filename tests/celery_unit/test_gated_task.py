@@ -576,3 +576,16 @@ def test_a_refused_call_leaves_no_commit_to_wait_for(
     stats = tos.stats(timeline=False)
     assert calls == [ENVELOPE["key"]] * 2
     assert (stats["accepted"], stats["lookups"]) == (1, 1)
+
+
+def test_without_skip_delivered_nothing_is_looked_up(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A task that opted out of the ledger relies on the idempotency key alone."""
+    calls: list[str] = []
+    push = _task(app, tos, calls, skip_delivered=False)
+
+    push.apply(args=[ENVELOPE], headers={ATTEMPT_HEADER: 1, "redelivered": True}).get()
+
+    assert calls == [ENVELOPE["key"]]
+    assert tos.stats(timeline=False)["lookups"] == 0

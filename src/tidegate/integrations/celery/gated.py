@@ -148,7 +148,9 @@ class GatedTask(Task[Any, Any]):
                     settled = self._settled_before(rt, args, kwargs, entry, max_request_s)
                     if settled is not None:
                         return settled
-                    basis = self._doubt(entry, attempt, first_failed)
+                    basis = (
+                        self._doubt(entry, attempt, first_failed) if self.skip_delivered else None
+                    )
                     checked = True
                 with gate.slot(max_wait=self.max_wait_s):
                     if basis is not None and self._confirmed(key, basis):
@@ -182,7 +184,8 @@ class GatedTask(Task[Any, Any]):
                     raise Reject(verdict.reason, requeue=True) from exc
                 if verdict.action is Action.PARK:
                     if call_started is not None and max_request_s:
-                        verdict = self._await_request(rt, key, exc, verdict, call_started)
+                        left_s = max_request_s - (time.monotonic() - call_started)
+                        verdict = self._await_request(rt, key, exc, verdict, left_s)
                     return self._park(rt, args, kwargs, verdict, first_failed)
                 return self._dead_letter(rt, args, kwargs, verdict, exc)
             # Delivered: from here on nothing may send it again or requeue it.
@@ -219,7 +222,7 @@ class GatedTask(Task[Any, Any]):
         return self._park(rt, args, kwargs, verdict, first_failed)
 
     def _await_request(
-        self, rt: Runtime, key: str, exc: Exception, verdict: Verdict, call_started: float
+        self, rt: Runtime, key: str, exc: Exception, verdict: Verdict, left_s: float
     ) -> Verdict:
         """Park a unit whose call may still be running downstream until it can have
         finished: neither a lookup nor a resend means anything before. A call refused
@@ -238,7 +241,6 @@ class GatedTask(Task[Any, Any]):
                     error=type(error).__name__,
                 )
             return verdict
-        left_s = (self._max_request_s() or 0.0) - (time.monotonic() - call_started)
         if left_s <= verdict.delay_s:
             return verdict
         log.info(
