@@ -1,8 +1,10 @@
 """Fault scenarios at full size: what breaks, what the fleet does, what is lost (issue 7).
 
 Runs every scenario of :mod:`tidegate.ops.chaos` — ``kill-workers`` (the 10,000-
-interchange burst with SIGKILLs), ``redis-restart``, ``downstream-outage`` (twice: with
-150 and with 10 customs documents in flight), ``slow-downstream``, ``poison`` — each
+interchange burst with SIGKILLs), ``redis-restart``, ``host-crash`` (the restart with
+the AOF's last second lost), ``downstream-outage`` (twice: with 150 and with 10 customs
+documents in flight), ``slow-downstream``, ``slow-commit`` (TOS requests that outlive
+their task and commit at the end), ``poison`` — each
 on its own embedded Redis with real Celery
 workers and simulated downstreams, and prints one markdown table: per scenario,
 documents submitted / delivered / dead-lettered / refused at intake / lost /
@@ -12,6 +14,7 @@ two). Below the table, what each scenario's checks measured.
 
     .venv/bin/python bench/chaos.py                      # all, full size (~15 min, 2 cores)
     .venv/bin/python bench/chaos.py --only poison,slow-downstream --size test
+    .venv/bin/python bench/chaos.py --only host-crash,slow-commit --out /tmp/edges.json
 
 Writes ``bench/results/chaos.json`` (the reports without their raw timelines).
 """

@@ -175,11 +175,65 @@ class EmbeddedRedis:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def kill(self) -> None:
-        """SIGKILL the server, keeping its directory (and AOF) for a restart."""
+        """SIGKILL the server, keeping its directory (and AOF) for a restart.
+
+        Killing only the process loses nothing: what Redis wrote is in the page cache
+        and reaches the disk anyway. To lose what a host crash loses, see :meth:`crash`.
+        """
         if self._proc is not None:
             self._proc.kill()
             self._proc.wait()
             self._proc = None
+
+    @property
+    def aof_path(self) -> Path:
+        """The append-only file that grows: ``appendonly.aof`` (Redis < 7), else the
+        newest ``*.incr.aof`` named in ``appendonlydir``'s manifest (multi-part AOF)."""
+        single = Path(self.workdir) / "appendonly.aof"
+        folder = Path(self.workdir) / "appendonlydir"
+        manifest = folder / "appendonly.aof.manifest"
+        if not manifest.is_file():
+            return single
+        incr = [
+            line.split()[1]
+            for line in manifest.read_text(encoding="utf-8").splitlines()
+            if line.startswith("file ") and line.rstrip().endswith("type i")
+        ]
+        return folder / incr[-1] if incr else single
+
+    def aof_size(self) -> int:
+        """Bytes in :attr:`aof_path` now (0 when there is none yet)."""
+        try:
+            return self.aof_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def crash(self, *, keep_aof_bytes: int | None = None) -> int:
+        """Die as the host would: SIGKILL, then lose the AOF beyond ``keep_aof_bytes``.
+
+        With ``appendfsync everysec`` a power loss or kernel panic loses what Redis
+        wrote in up to the last second and had not fsynced yet; killing the process
+        alone never does. A caller that noted :meth:`aof_size` a second before passes
+        it here. The sizes Redis leaves between two event-loop writes end on a whole
+        command (a ``MULTI``/``EXEC`` block or a script's effects are written at once),
+        and ``aof-load-truncated yes`` (the default) loads a file cut anywhere else.
+
+        Returns:
+            The bytes cut off the AOF (0 when ``keep_aof_bytes`` is ``None``, or the
+            file is no longer than it — e.g. rewritten meanwhile).
+        """
+        if keep_aof_bytes is not None and keep_aof_bytes < 0:
+            raise ConfigurationError(f"keep_aof_bytes must be >= 0, got {keep_aof_bytes!r}")
+        self.kill()
+        if keep_aof_bytes is None:
+            return 0
+        path = self.aof_path
+        size = self.aof_size()
+        if size <= keep_aof_bytes:
+            return 0
+        with path.open("r+b") as handle:
+            handle.truncate(keep_aof_bytes)
+        return size - keep_aof_bytes
 
     @property
     def running(self) -> bool:

@@ -7,10 +7,12 @@ processes; these pin each decision down without the timing of a fleet.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from celery import Celery
@@ -18,12 +20,17 @@ from structlog.testing import capture_logs
 
 from tidegate.delivery import RetryPolicy
 from tidegate.downstream import DownstreamClient
-from tidegate.errors import BackendUnavailable, DownstreamUnavailable
+from tidegate.errors import BackendUnavailable, ConfigurationError, DownstreamUnavailable
 from tidegate.integrations.celery import GatedTask, setup
 from tidegate.integrations.celery import gated as gated_module
-from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEADER
+from tidegate.integrations.celery.gated import (
+    ATTEMPT_HEADER,
+    AWAITING_COMMIT,
+    FIRST_FAILED_HEADER,
+)
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState, ParkingLot
+from tidegate.load.ledger import LedgerEntry
 from tidegate.load.outstanding import Outstanding, OutstandingUnit
 from tidegate.logging import key_hash
 from tidegate.sim import TosSim
@@ -315,10 +322,10 @@ def test_redis_down_before_the_call_requeues_without_sending(
     calls: list[str] = []
     push = _task(app, tos, calls)
 
-    def down(downstream: str, key: str) -> DeliveryState:
+    def down(downstream: str, key: str) -> LedgerEntry:
         raise BackendUnavailable("ledger check: connection refused")
 
-    monkeypatch.setattr(runtime(app).ledger, "state", down)
+    monkeypatch.setattr(runtime(app).ledger, "entry", down)
     result = push.apply(args=[ENVELOPE])
 
     assert type(result.result).__name__ == "Reject"
@@ -348,3 +355,237 @@ def test_a_settled_unit_leaves_the_outstanding_registry(
     push.apply(args=[broken]).get()
 
     assert len(outstanding) == 0
+
+
+# -- issue #13 item 4: a ledger that lost writes (host crash) -------------------------
+
+
+def _apply_redelivered(push: Any, envelope: dict[str, Any]) -> Any:
+    """Run ``push`` as a worker runs a message the broker flags redelivered.
+
+    ``task.apply`` cannot set ``delivery_info``; a worker's request carries the
+    broker's, so the request is pushed by hand around the task's own ``__call__``.
+    """
+    push.push_request(
+        id="redelivered-1", args=[envelope], kwargs={}, delivery_info={"redelivered": True}
+    )
+    try:
+        return push(envelope)
+    finally:
+        push.pop_request()
+
+
+@pytest.mark.parametrize(
+    ("basis", "run"),
+    [
+        pytest.param("redelivered", _apply_redelivered, id="broker-redelivered"),
+        pytest.param(
+            "redelivered",
+            lambda push, env: push.apply(args=[env], headers={"redelivered": True}).get(),
+            id="kombu-redelivered-header",
+        ),
+        pytest.param(
+            "earlier_attempts",
+            lambda push, env: push.apply(args=[env], headers={ATTEMPT_HEADER: 1}).get(),
+            id="attempt-header",
+        ),
+        pytest.param(
+            "earlier_attempts",
+            lambda push, env: push.apply(
+                args=[env], headers={FIRST_FAILED_HEADER: time.time() - 5}
+            ).get(),
+            id="first-failed-header",
+        ),
+    ],
+)
+def test_a_unit_the_ledger_forgot_is_confirmed_not_resent(
+    *, app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str, basis: str, run: Any
+) -> None:
+    """A host crash took the ledger's record with the AOF's last second; the TOS has the
+    document. The message is not new, so the empty ledger is not believed: it asks."""
+    with DownstreamClient("tos", tos.url) as client:
+        client.send(tos.path, {"edifact": "x"}, idempotency_key=ENVELOPE["key"])
+    assert _ledger(redis_client, prefix).state("tos", ENVELOPE["key"]) is DeliveryState.NEW
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+
+    with capture_logs() as logs:
+        result = run(push, ENVELOPE)
+
+    stats = tos.stats(timeline=False)
+    assert result == {"tidegate": "already_delivered"}
+    assert calls == []
+    assert (stats["accepted"], stats["duplicates"], stats["lookups"]) == (1, 0, 1)
+    assert _ledger(redis_client, prefix).state("tos", ENVELOPE["key"]) is DeliveryState.DELIVERED
+    reconciled = [(e["basis"], e["outcome"]) for e in logs if e["event"] == "delivery_reconciled"]
+    assert reconciled == [(basis, "accepted_before")]
+
+
+def test_a_new_message_with_no_record_is_sent_without_a_lookup(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """The doubt costs nothing on the common path: a first delivery asks nobody."""
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+
+    assert push.apply(args=[ENVELOPE]).get() == {"tidegate": "delivered"}
+
+    stats = tos.stats(timeline=False)
+    assert calls == [ENVELOPE["key"]]
+    assert (stats["accepted"], stats["lookups"]) == (1, 0)
+
+
+def test_a_forgotten_unit_that_never_landed_is_sent_once(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+
+    assert push.apply(args=[ENVELOPE], headers={ATTEMPT_HEADER: 2}).get() == {
+        "tidegate": "delivered"
+    }
+
+    stats = tos.stats(timeline=False)
+    assert calls == [ENVELOPE["key"]]
+    assert (stats["accepted"], stats["lookups"]) == (1, 1)
+
+
+# -- issue #13 item 5: a downstream that commits at the end of a slow request ---------
+
+
+def _until(condition: Any, timeout: float = 10.0) -> bool:
+    """Poll a real condition (not a timing assumption) until it holds or time is up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return bool(condition())
+
+
+def test_a_timed_out_call_is_not_resent_before_the_downstream_can_have_committed(
+    app: Celery, redis_client: redis.Redis, prefix: str
+) -> None:
+    """The TOS records a document only when its (held) request finishes; the client
+    gave up after 0.3 s. The unit is parked until max_request_s after the call started;
+    brought back early (a mover, a redelivery), it parks again without asking; once
+    the window is over, the lookup finds the document and nothing is resent."""
+    release = threading.Event()
+    key = ENVELOPE["key"]
+    with TosSim(max_connections=4, service_s=1.0, sleep=lambda s: release.wait(30)) as slow:
+        slow.set_commit_at_end()
+        rt = runtime(app)
+        rt._clients["tos"] = DownstreamClient(
+            "tos", slow.url, feedback=rt.gate("tos"), timeout=httpx.Timeout(0.3, connect=3.0)
+        )
+        calls: list[str] = []
+        push = _task(app, slow, calls, max_request_s=30.0)
+        try:
+            with capture_logs() as logs:
+                first = push.apply(args=[ENVELOPE]).get()
+            early = push.apply(args=[ENVELOPE], headers={ATTEMPT_HEADER: 1}).get()
+            during = slow.stats(timeline=False)
+        finally:
+            release.set()
+        assert _until(lambda: slow.stats(timeline=False)["in_flight"] == 0)
+        # max_request_s later: the ledger's send time is moved back instead of sleeping.
+        seconds, micros = redis_client.time()
+        ledger = _ledger(redis_client, prefix)
+        ledger.sending("tos", key, now_ms=str(seconds * 1000 + micros / 1000 - 31_000))
+        later = push.apply(args=[ENVELOPE], headers={ATTEMPT_HEADER: 1}).get()
+        final = slow.stats(timeline=False)
+
+    assert (first["tidegate"], first["reason"]) == ("parked", "downstream_unavailable")
+    assert 29.0 <= first["delay_s"] <= 30.0
+    (awaiting,) = [e for e in logs if e["event"] == "delivery_awaiting_commit"]
+    assert (awaiting["error"], awaiting["key_hash"]) == ("DownstreamUnavailable", key_hash(key))
+    assert (early["tidegate"], early["reason"]) == ("parked", AWAITING_COMMIT)
+    assert 28.0 <= early["delay_s"] <= 30.0
+    assert (during["requests"], during["lookups"], during["accepted"]) == (1, 0, 0)
+    assert later == {"tidegate": "already_delivered"}
+    assert calls == [key]
+    assert (final["accepted"], final["duplicates"], final["requests"]) == (1, 0, 1)
+    assert final["lookups"] == 1
+    assert ledger.state("tos", key) is DeliveryState.DELIVERED
+    parked = sorted(p["attempt"] for p in _parked(redis_client, prefix))
+    assert parked == [1, 1]  # the wait for the commit costs no attempt
+
+
+def test_a_refused_call_is_retried_on_its_backoff_not_the_commit_window(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A 503 says the TOS did not take the request in: nothing can still commit."""
+    tos.set_outage(None, mode="503")
+    policy = RetryPolicy(backoff_base_s=0.5)
+    push = _task(app, tos, [], max_request_s=30.0, retry_policy=policy)
+
+    result = push.apply(args=[ENVELOPE]).get()
+
+    assert (result["tidegate"], result["reason"]) == ("parked", "downstream_unavailable")
+    assert result["delay_s"] < 2.0
+
+
+def test_max_request_s_comes_from_the_environment_and_is_checked(
+    app: Celery, tos: TosSim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    push = _task(app, tos, [])
+    monkeypatch.setenv("TIDEGATE_TOS_MAX_REQUEST_S", "12.5")
+    assert push._max_request_s() == 12.5
+    monkeypatch.setenv("TIDEGATE_TOS_MAX_REQUEST_S", "soon")
+    with pytest.raises(ConfigurationError, match="TIDEGATE_TOS_MAX_REQUEST_S"):
+        push.apply(args=[ENVELOPE]).get()
+    assert tos.stats(timeline=False)["requests"] == 0
+
+
+def test_after_a_redis_restart_a_unit_without_a_record_asks_first(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """The crash lost the delivered mark *and* the broker's pop: the message is back,
+    looking new. The ledger last saw another Redis run, so it is in doubt: ask."""
+    with DownstreamClient("tos", tos.url) as client:
+        client.send(tos.path, {"edifact": "x"}, idempotency_key=ENVELOPE["key"])
+    redis_client.hset(f"{prefix}:ledger-epoch:{{tos}}", "run_id", "0" * 40)
+    calls: list[str] = []
+    push = _task(app, tos, calls)
+
+    with capture_logs() as logs:
+        result = push.apply(args=[ENVELOPE]).get()
+
+    stats = tos.stats(timeline=False)
+    assert result == {"tidegate": "already_delivered"}
+    assert calls == []
+    assert (stats["accepted"], stats["lookups"]) == (1, 1)
+    reconciled = [(e["basis"], e["outcome"]) for e in logs if e["event"] == "delivery_reconciled"]
+    assert reconciled == [("redis_restarted", "accepted_before")]
+
+
+def test_a_refused_call_leaves_no_commit_to_wait_for(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A 503 then the unit back at once: it asks and sends, it does not wait out
+    max_request_s for a request the TOS never took in."""
+    calls: list[str] = []
+    push = _task(app, tos, calls, max_request_s=30.0)
+    tos.set_fault("503", count=1)
+
+    first = push.apply(args=[ENVELOPE]).get()
+    again = push.apply(args=[ENVELOPE], headers={ATTEMPT_HEADER: 1}).get()
+
+    assert (first["tidegate"], first["reason"]) == ("parked", "downstream_unavailable")
+    assert again == {"tidegate": "delivered"}
+    stats = tos.stats(timeline=False)
+    assert calls == [ENVELOPE["key"]] * 2
+    assert (stats["accepted"], stats["lookups"]) == (1, 1)
+
+
+def test_without_skip_delivered_nothing_is_looked_up(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A task that opted out of the ledger relies on the idempotency key alone."""
+    calls: list[str] = []
+    push = _task(app, tos, calls, skip_delivered=False)
+
+    push.apply(args=[ENVELOPE], headers={ATTEMPT_HEADER: 1, "redelivered": True}).get()
+
+    assert calls == [ENVELOPE["key"]]
+    assert tos.stats(timeline=False)["lookups"] == 0

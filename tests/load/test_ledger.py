@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 
-from tidegate.errors import BackendUnavailable
+from tidegate.errors import BackendUnavailable, ConfigurationError
 from tidegate.load import DeliveryLedger, DeliveryState
 
 pytestmark = pytest.mark.redis
@@ -47,3 +49,75 @@ def test_an_unreachable_redis_is_a_typed_error() -> None:
     client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
     with pytest.raises(BackendUnavailable):
         DeliveryLedger(client).state("tos", "K-5")
+
+
+def test_sending_keeps_when_the_last_attempt_started(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    """The entry says when the call started, on the fleet clock, read with Redis TIME."""
+    ledger = DeliveryLedger(redis_client, prefix=prefix)
+    assert ledger.sending("tos", "K-6", now_ms="1000000.5") == 1_000_000.5
+    assert ledger.sending("tos", "K-6", now_ms="2000000") == 2_000_000.0  # a later attempt
+    entry = ledger.entry("tos", "K-6")
+    seconds, micros = redis_client.time()
+    assert entry.state is DeliveryState.SENDING
+    assert entry.sent_at_ms == 2_000_000.0
+    assert abs(entry.now_ms - (seconds * 1000 + micros / 1000)) < 5_000
+
+
+def test_sending_without_a_time_takes_redis_time_and_spares_delivered(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    ledger = DeliveryLedger(redis_client, prefix=prefix)
+    sent = ledger.sending("tos", "K-7")
+    entry = ledger.entry("tos", "K-7")
+    assert sent is not None
+    assert entry.sent_at_ms == sent <= entry.now_ms
+    ledger.mark("tos", "K-7")
+    assert ledger.sending("tos", "K-7") is None
+    delivered = ledger.entry("tos", "K-7")
+    assert (delivered.state, delivered.sent_at_ms) == (DeliveryState.DELIVERED, None)
+
+
+def test_an_entry_written_before_send_times_were_kept_is_sending_without_one(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    ledger = DeliveryLedger(redis_client, prefix=prefix)
+    redis_client.set(f"{prefix}:delivered:{{tos}}:K-8", b"s")
+    entry = ledger.entry("tos", "K-8")
+    assert (entry.state, entry.sent_at_ms) == (DeliveryState.SENDING, None)
+
+
+def test_a_redis_restart_puts_the_ledger_in_doubt_for_doubt_s() -> None:
+    """Killed and started again from its AOF: a missing record may be a lost one."""
+    from tidegate.redis_server import EmbeddedRedis
+
+    server = EmbeddedRedis(appendonly=True).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        ledger = DeliveryLedger(client, prefix="t")
+        calm = DeliveryLedger(client, prefix="t", doubt_s=0)
+        size = server.aof_size()
+        first = ledger.entry("tos", "K-9")  # the first sight of a server is no restart
+        again = ledger.entry("tos", "K-9")
+        # everysec may hold a write back while an fsync runs: wait for the file.
+        deadline = time.monotonic() + 10
+        while server.aof_size() <= size and time.monotonic() < deadline:
+            time.sleep(0.01)
+        server.kill()
+        server.start()
+        client.connection_pool.disconnect()
+        after = ledger.entry("tos", "K-9"), ledger.entry("tos", "K-10")
+        no_doubt = calm.entry("customs", "K-9")
+    finally:
+        server.stop()
+
+    assert (first.in_doubt, again.in_doubt) == (False, False)
+    assert [e.in_doubt for e in after] == [True, True]
+    assert [e.state for e in after] == [DeliveryState.NEW, DeliveryState.NEW]
+    assert no_doubt.in_doubt is False
+
+
+def test_a_negative_doubt_is_a_configuration_error(redis_client: redis.Redis) -> None:
+    with pytest.raises(ConfigurationError, match="doubt_s"):
+        DeliveryLedger(redis_client, doubt_s=-1)

@@ -33,7 +33,15 @@ __all__ = ["ACCEPTS", "CHAOS_KINDS", "check_flags", "demo"]
 
 #: ``--chaos`` choices: the scenarios of :mod:`tidegate.ops.chaos` (kept literal so the
 #: CLI starts without importing Celery).
-CHAOS_KINDS = ("kill-workers", "redis-restart", "downstream-outage", "slow-downstream", "poison")
+CHAOS_KINDS = (
+    "kill-workers",
+    "redis-restart",
+    "host-crash",
+    "downstream-outage",
+    "slow-downstream",
+    "slow-commit",
+    "poison",
+)
 
 _VESSEL = frozenset(
     {

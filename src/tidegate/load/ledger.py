@@ -14,24 +14,51 @@ A unit that starts and finds ``sending`` does not know whether its previous atte
 landed; it asks the downstream (a status lookup by idempotency key) before sending
 again. That closes the window between "accepted" and "recorded" for downstreams that
 can answer the question; for those that cannot, the idempotency key is the last line.
+
+``sending`` keeps the instant (fleet clock, Redis ``TIME``) the attempt started
+(:meth:`DeliveryLedger.entry`): a downstream that commits at the end of a slow request
+answers a lookup "not received" until that request is over, so the lookup is only
+worth asking once the downstream can have finished it.
+
+The ledger is only as durable as Redis: with ``appendfsync everysec`` a host crash
+loses up to the last second of writes, ``delivered`` marks included. A record's
+absence therefore proves nothing for a message that is not new (a redelivery, a unit
+carrying earlier attempts): such a unit asks the downstream too. When the broker is
+the same Redis, the lost second also holds the pops of the messages those marks
+settled: they come back looking new. So the ledger notices a restart (a new server
+``run_id``, ``ledger_entry.lua``) and stays *in doubt* for ``doubt_s`` afterwards
+(:attr:`LedgerEntry.in_doubt`): every unit without a record asks first.
 """
 
 from __future__ import annotations
 
 import enum
+import math
+from typing import NamedTuple
 
 import redis
 
-from tidegate._redis import map_redis_errors
+from tidegate._redis import lua_script, map_redis_errors
+from tidegate.errors import ConfigurationError
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 
-__all__ = ["DEFAULT_LEDGER_TTL_S", "DeliveryLedger", "DeliveryState"]
+__all__ = [
+    "DEFAULT_LEDGER_DOUBT_S",
+    "DEFAULT_LEDGER_TTL_S",
+    "DeliveryLedger",
+    "DeliveryState",
+    "LedgerEntry",
+]
 
 #: How long a key is remembered: longer than any replay or redelivery.
 DEFAULT_LEDGER_TTL_S = 7 * 24 * 3600
+#: How long after a Redis restart a unit without a record asks the downstream first:
+#: long enough for the fleet to work off what was queued when Redis died.
+DEFAULT_LEDGER_DOUBT_S = 900
 
 _DELIVERED = b"1"
 _SENDING = b"s"
+_SENDING_SINCE = b"s:"
 
 
 class DeliveryState(enum.Enum):
@@ -45,6 +72,37 @@ class DeliveryState(enum.Enum):
     DELIVERED = "delivered"
 
 
+class LedgerEntry(NamedTuple):
+    """One unit's record, read together with the fleet clock.
+
+    ``sent_at_ms``: when the last attempt started (ms since epoch, fleet clock), for a
+    ``SENDING`` entry that kept it; ``None`` otherwise. ``now_ms``: Redis ``TIME`` at
+    the read, so that ``now_ms - sent_at_ms`` never compares two hosts' clocks.
+    ``in_doubt``: Redis restarted less than the ledger's ``doubt_s`` ago, so a missing
+    record may be a lost one.
+    """
+
+    state: DeliveryState
+    sent_at_ms: float | None
+    now_ms: float
+    in_doubt: bool = False
+
+
+def _parse(value: bytes | str | None) -> tuple[DeliveryState, float | None]:
+    if isinstance(value, str):  # a client built with decode_responses=True
+        value = value.encode()
+    if value is None:
+        return DeliveryState.NEW, None
+    if value == _DELIVERED:
+        return DeliveryState.DELIVERED, None
+    if value.startswith(_SENDING_SINCE):
+        try:
+            return DeliveryState.SENDING, float(value[len(_SENDING_SINCE) :])
+        except ValueError:
+            pass
+    return DeliveryState.SENDING, None
+
+
 class DeliveryLedger:
     """Per-downstream delivery state of each idempotency key.
 
@@ -52,6 +110,7 @@ class DeliveryLedger:
         client: a sync Redis client.
         prefix: key prefix.
         ttl_s: how long a key is remembered.
+        doubt_s: how long after a Redis restart :meth:`entry` says ``in_doubt``.
     """
 
     def __init__(
@@ -60,30 +119,67 @@ class DeliveryLedger:
         *,
         prefix: str = DEFAULT_PREFIX,
         ttl_s: int = DEFAULT_LEDGER_TTL_S,
+        doubt_s: float = DEFAULT_LEDGER_DOUBT_S,
     ) -> None:
+        if not (math.isfinite(doubt_s) and doubt_s >= 0):
+            raise ConfigurationError(f"doubt_s must be a finite number >= 0, got {doubt_s!r}")
         self.client = client
         self.prefix = prefix
         self.ttl_s = ttl_s
+        self.doubt_s = doubt_s
+        self._sending = client.register_script(lua_script("ledger_sending", "tidegate.load"))
+        self._entry = client.register_script(lua_script("ledger_entry", "tidegate.load"))
 
     def _key(self, downstream: str, key: str) -> str:
         return f"{self.prefix}:delivered:{{{downstream}}}:{key}"
+
+    def _epoch_key(self, downstream: str) -> str:
+        return f"{self.prefix}:ledger-epoch:{{{downstream}}}"
 
     def state(self, downstream: str, key: str) -> DeliveryState:
         """Where ``key`` stands with ``downstream``."""
         with map_redis_errors("ledger check"):
             value = self.client.get(self._key(downstream, key))
-        if value is None:
-            return DeliveryState.NEW
-        return DeliveryState.DELIVERED if value == _DELIVERED else DeliveryState.SENDING
+        return _parse(value)[0]
+
+    def entry(self, downstream: str, key: str) -> LedgerEntry:
+        """``key``'s record with ``downstream``, the fleet clock and the doubt, in one call."""
+        keys = [self._key(downstream, key), self._epoch_key(downstream)]
+        with map_redis_errors("ledger check"):
+            value, now, doubt_until = self._entry(keys=keys, args=[self.doubt_s * 1000])
+        state, sent_at = _parse(value or None)
+        now_ms = float(now)
+        return LedgerEntry(state, sent_at, now_ms, now_ms < float(doubt_until))
 
     def delivered(self, downstream: str, key: str) -> bool:
         """Whether ``downstream`` already accepted ``key``."""
         return self.state(downstream, key) is DeliveryState.DELIVERED
 
-    def sending(self, downstream: str, key: str) -> None:
-        """Record that ``key`` is about to be sent (never downgrades ``delivered``)."""
+    def sending(self, downstream: str, key: str, *, now_ms: str = "") -> float | None:
+        """Record that ``key`` is about to be sent, and when (never downgrades ``delivered``).
+
+        Args:
+            downstream: the downstream's name.
+            key: the unit's idempotency key.
+            now_ms: the send time in ms since epoch; ``""`` (the default) takes Redis
+                ``TIME``, the fleet clock. Tests pass their own.
+
+        Returns:
+            The recorded send time (ms since epoch), or ``None`` when the entry already
+            says delivered.
+        """
         with map_redis_errors("ledger mark sending"):
-            self.client.set(self._key(downstream, key), _SENDING, ex=self.ttl_s, nx=True)
+            sent = self._sending(keys=[self._key(downstream, key)], args=[now_ms, self.ttl_s])
+        return None if sent is None else float(sent)
+
+    def refused(self, downstream: str, key: str) -> None:
+        """Record that the last attempt was refused outright (a 503, a connection never
+        made): no request of ``key`` can still be running downstream, so a later
+        attempt need not wait for one. The entry stays ``sending`` (an attempt before
+        it may have landed), with its send time set to 0; ``delivered`` is left alone.
+        """
+        with map_redis_errors("ledger mark refused"):
+            self._sending(keys=[self._key(downstream, key)], args=["0", self.ttl_s])
 
     def mark(self, downstream: str, key: str) -> None:
         """Record that ``downstream`` accepted ``key``."""

@@ -16,11 +16,23 @@ server):
     start it again on the same port and directory. The gate fails closed meanwhile.
     The customs gate is paused across the outage, so customs documents are parked in
     Redis when it dies; the movers must bring them back and the gate pace them.
+``host-crash``
+    ``redis-restart`` as a host crash: Redis is SIGKILLed and its append-only file is
+    cut back to its size ``aof_lost_s`` (1 s) before — what ``appendfsync everysec``
+    loses with the machine; killing the process alone loses nothing. Delivered marks
+    and the broker's pops of the messages they settled are gone: the ledger must not
+    be believed (a restart puts it in doubt, and a redelivery asks the downstream).
 ``downstream-outage``
     The customs gateway answers 503, then refuses connections, for ``fault_s``.
 ``slow-downstream``
     The TOS gets ``slow_factor`` × slower for ``fault_s``, with more TOS worker
     processes than TOS connections: the concurrency leases must hold the cap.
+``slow-commit``
+    The TOS records a document only when the request finishes, and from ``fault_at_s``
+    a few of its requests (``stragglers``, one in five) take 4 s longer than the
+    workers' soft time limit while the rest go through: the task gives up, the TOS
+    still commits. The workers know the TOS's ``max_request_s``
+    (``TIDEGATE_TOS_MAX_REQUEST_S``): no lookup, no resend before it.
 ``poison``
     Malformed documents (truncated, not EDIFACT, broken references, an envelope
     without a body) are mixed into the burst, plus oversized ones that the intake must
@@ -112,15 +124,27 @@ __all__ = [
 
 log = get_logger("tidegate.ops")
 
-Kind = Literal["kill-workers", "redis-restart", "downstream-outage", "slow-downstream", "poison"]
+Kind = Literal[
+    "kill-workers",
+    "redis-restart",
+    "host-crash",
+    "downstream-outage",
+    "slow-downstream",
+    "slow-commit",
+    "poison",
+]
 #: The scenarios, in the order the benchmark runs them.
 KINDS: tuple[Kind, ...] = (
     "kill-workers",
     "redis-restart",
+    "host-crash",
     "downstream-outage",
     "slow-downstream",
+    "slow-commit",
     "poison",
 )
+#: The scenarios that restart Redis (on an append-only file, the production setting).
+_RESTARTS = frozenset({"redis-restart", "host-crash"})
 #: The ``-A`` of the scenario's workers: the vessel app with the timing below.
 WORKER_APP = "tidegate.ops.chaos:worker_app"
 
@@ -239,6 +263,8 @@ class ChaosConfig:
         poison_per_kind: ``poison``: documents of each malformed kind (and oversized).
         outage_backlog: ``downstream-outage``: start the outage (not before
             ``fault_at_s``) once at most this many customs documents are left.
+        aof_lost_s: ``host-crash``: the seconds of append-only file lost with the host.
+        stragglers: ``slow-commit``: TOS requests that outlive their task.
         label: tells apart two runs of one kind in a report.
         timing: the workers' time limits (:class:`WorkerTiming`).
     """
@@ -263,6 +289,8 @@ class ChaosConfig:
     slow_factor: float = 20.0
     poison_per_kind: int = 5
     outage_backlog: int | None = None
+    aof_lost_s: float = 1.0
+    stragglers: int = 2
     label: str = ""
     timing: WorkerTiming = field(default_factory=WorkerTiming)
 
@@ -334,8 +362,10 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
                 "kill_until": 0.85,
             },
             "redis-restart": {"fault_at_s": 3.0, "fault_s": 4.0, "tos_service_s": 0.15},
+            "host-crash": {"fault_at_s": 3.0, "fault_s": 4.0, "tos_service_s": 0.15},
             "downstream-outage": {"customs_rate": 5.0},
             "slow-downstream": {"fault_at_s": 1.0, "fault_s": 8.0, "tos_workers": 6},
+            "slow-commit": {"fault_at_s": 1.0, "tos_service_s": 0.15},
             "poison": {"interchanges": 200, "poison_per_kind": 2},
         }
     else:
@@ -349,6 +379,7 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
                 "fault_s": 240.0,
             },
             "redis-restart": {"interchanges": 3000, "fault_at_s": 20.0, "fault_s": 10.0},
+            "host-crash": {"interchanges": 3000, "fault_at_s": 20.0, "fault_s": 10.0},
             # The outage starts with 150 of the ~600 customs documents left: a parked
             # document queues behind the others again (FIFO, at the gate's rate), which
             # spaces its attempts out beyond its own backoff. ``tail`` (below) starts it
@@ -362,6 +393,7 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
                 "label": "150 in flight",
             },
             "slow-downstream": {"interchanges": 3000, "tos_workers": 6},
+            "slow-commit": {"interchanges": 3000, "fault_at_s": 10.0, "stragglers": 8},
             "poison": {"interchanges": 2000},
         }
     return replace(base, **shapes[kind])
@@ -954,9 +986,17 @@ def _nearest_kill(key: str, chaos: dict[str, Any], t0: float) -> dict[str, Any]:
 
 
 def _reconciled(log_dir: Path | None) -> dict[str, int]:
-    """Units that found the ledger at ``sending`` and asked the downstream, by answer."""
+    """Units that asked the downstream before sending (``delivery_reconciled``), by answer."""
     events = _events(log_dir, {"delivery_reconciled"})
     return dict(Counter(str(e.get("outcome")) for e in events))
+
+
+def _reconciled_by_basis(log_dir: Path | None) -> dict[str, dict[str, int]]:
+    """The same, split by why the ledger's word was not enough (``basis``)."""
+    by_basis: dict[str, Counter[str]] = {}
+    for event in _events(log_dir, {"delivery_reconciled"}):
+        by_basis.setdefault(str(event.get("basis")), Counter())[str(event.get("outcome"))] += 1
+    return {basis: dict(counts) for basis, counts in sorted(by_basis.items())}
 
 
 def _explain_duplicates(
@@ -995,6 +1035,26 @@ class _RedisRestart(_Scenario):
         self.restarted_at: float | None = None
         self.customs_paused = False
         self.parked_when_killed = 0
+        self.host_crash = config.kind == "host-crash"
+        self.aof_sizes: list[tuple[float, int]] = []
+        self.aof_bytes_lost = 0
+        self.aof_lost_s = 0.0
+
+    def _kill(self) -> None:
+        """SIGKILL Redis; for a host crash, also cut the AOF back ``aof_lost_s`` (at
+        least: to the last size sampled that long ago; nothing if there is none)."""
+        if not self.host_crash:
+            self.server.kill()
+            return
+        now = time.time()
+        cutoff = now - self.config.aof_lost_s
+        earlier = [(at, size) for at, size in self.aof_sizes if at <= cutoff]
+        if not earlier:
+            self.server.kill()
+            return
+        at, size = earlier[-1]
+        self.aof_bytes_lost = self.server.crash(keep_aof_bytes=size)
+        self.aof_lost_s = round(now - at, 2)
 
     def tick(self, run: RunHandles, t: float) -> None:
         super().tick(run, t)
@@ -1008,12 +1068,20 @@ class _RedisRestart(_Scenario):
             Gate(run.client, "customs", prefix=run.prefix).pause(seconds, "chaos_maintenance")
             self.customs_paused = True
             self.timeline.append({"t": round(t, 2), "event": "customs_gate_paused", "s": seconds})
+        if self.killed_at is None and self.host_crash:
+            self.aof_sizes.append((time.time(), self.server.aof_size()))
         if self.killed_at is None and t >= cfg.fault_at_s:
             self.parked_when_killed = ParkingLot(run.client, prefix=run.prefix).depth()
-            self.server.kill()
+            self._kill()
             self.killed_at = time.time()
-            self.timeline.append({"t": round(t, 2), "event": "redis_killed"})
-            log.warning("chaos_redis_killed", port=self.server.port)
+            event = "redis_host_crashed" if self.host_crash else "redis_killed"
+            self.timeline.append({"t": round(t, 2), "event": event})
+            log.warning(
+                "chaos_redis_killed",
+                port=self.server.port,
+                aof_bytes_lost=self.aof_bytes_lost,
+                aof_lost_s=self.aof_lost_s,
+            )
         elif (
             self.restarted_at is None
             and self.killed_at is not None
@@ -1037,7 +1105,18 @@ class _RedisRestart(_Scenario):
             timeline = data[f"_{name}"]["request_timeline"]
             during[name] = sum(1 for at, _ in timeline if down[0] + grace <= at < down[1])
         requeued = _events(self.log_dir, {"task_requeued"})
+        killed = self.killed_at or 0.0
+        lost_from = killed - self.aof_lost_s
         data.update(
+            aof_bytes_lost=self.aof_bytes_lost,
+            aof_lost_s=self.aof_lost_s,
+            accepted_in_lost_window=sum(
+                1
+                for name in ("customs", "tos")
+                for at in data[f"_{name}"]["accept_timeline"]
+                if lost_from <= at <= killed
+            ),
+            reconciled_by_basis=_reconciled_by_basis(self.log_dir),
             reconciled=_reconciled(self.log_dir),
             redis_down_s=round(down[1] - down[0], 2),
             parked_when_redis_died=self.parked_when_killed,
@@ -1098,6 +1177,28 @@ class _RedisRestart(_Scenario):
                 report["samples_skipped"],
                 ">= 1",
                 "the demo's sampling loop went on while Redis was away",
+            ),
+            *self._crash_checks(chaos),
+        ]
+
+    def _crash_checks(self, chaos: dict[str, Any]) -> list[Check]:
+        if not self.host_crash:
+            return []
+        return [
+            _check(
+                "aof_tail_lost",
+                chaos["aof_bytes_lost"] > 0 and chaos["aof_lost_s"] >= self.config.aof_lost_s,
+                {"bytes": chaos["aof_bytes_lost"], "seconds": chaos["aof_lost_s"]},
+                f"> 0 bytes, >= {self.config.aof_lost_s:g} s",
+                "the AOF was cut back to its size that long before the kill",
+            ),
+            _check(
+                "deliveries_in_the_lost_second",
+                chaos["accepted_in_lost_window"] >= 1,
+                chaos["accepted_in_lost_window"],
+                ">= 1",
+                "documents the downstreams accepted while the lost AOF tail was written: "
+                "their ledger marks (and broker pops) are gone",
             ),
         ]
 
@@ -1281,6 +1382,82 @@ class _SlowDownstream(_Scenario):
         ]
 
 
+# -- slow-commit ---------------------------------------------------------------------
+
+
+class _SlowCommit(_Scenario):
+    """The TOS commits at the end of each request; a few requests take 4 s longer than
+    the task's soft time limit, so the task gives up first — and its retry, after the
+    usual backoff of a second or so, would find nothing yet while the other TOS
+    connections take the resend."""
+
+    def __init__(self, config: ChaosConfig, log_dir: Path | None) -> None:
+        super().__init__(config, log_dir)
+        self.slow_service_s = config.timing.soft_time_limit_s + 4.0
+        # What the TOS may take to finish a request it received, as its operator says.
+        self.max_request_s = self.slow_service_s + 2.0
+        self.slow_from: float | None = None
+
+    def worker_env(self) -> Mapping[str, str]:
+        return {**super().worker_env(), "TIDEGATE_TOS_MAX_REQUEST_S": repr(self.max_request_s)}
+
+    def started(self, run: RunHandles) -> None:
+        run.tos.set_commit_at_end()
+
+    def tick(self, run: RunHandles, t: float) -> None:
+        super().tick(run, t)
+        cfg = self.config
+        if self.slow_from is None and t >= cfg.fault_at_s:
+            run.tos.set_stragglers(self.slow_service_s, count=cfg.stragglers, every=5)
+            self.slow_from = time.time()
+            self.timeline.append({"t": round(t, 2), "event": "tos_stragglers"})
+
+    def busy(self, t: float) -> bool:
+        return self.slow_from is None or time.time() < self.slow_from + self.max_request_s
+
+    def collect(self, run: RunHandles) -> dict[str, Any]:
+        data = super().collect(run)
+        parked = _events(self.log_dir, {"message_parked"})
+        waits = [e for e in parked if e.get("reason") == "awaiting_downstream_commit"]
+        given_up = [
+            e
+            for e in _events(self.log_dir, {"delivery_awaiting_commit"})
+            if e.get("downstream") == "tos"
+        ]
+        data.update(
+            slow_service_s=self.slow_service_s,
+            max_request_s=self.max_request_s,
+            tos_calls_given_up=len(given_up),
+            given_up_by_error=dict(Counter(str(e.get("error")) for e in given_up)),
+            parked_awaiting_commit=len(waits),
+            reconciled_by_basis=_reconciled_by_basis(self.log_dir),
+            reconciled=_reconciled(self.log_dir),
+        )
+        return data
+
+    def checks(self, report: dict[str, Any]) -> list[Check]:
+        chaos = report["chaos"]
+        return [
+            *super().checks(report),
+            _check(
+                "calls_outlived_the_task",
+                chaos["tos_calls_given_up"] >= 1,
+                chaos["tos_calls_given_up"],
+                ">= 1",
+                f"TOS calls given up at the soft time limit while the TOS, taking "
+                f"{chaos['slow_service_s']:g} s, committed them at the end; each parked "
+                f"until max_request_s ({chaos['max_request_s']:g} s) after it started",
+            ),
+            _check(
+                "late_commits_found_by_lookup",
+                chaos["reconciled"].get("accepted_before", 0) >= 1,
+                chaos["reconciled"],
+                "accepted_before >= 1",
+                "units whose lookup, asked after max_request_s, found the late commit",
+            ),
+        ]
+
+
 # -- poison --------------------------------------------------------------------------
 
 
@@ -1371,12 +1548,14 @@ class _Poison(_Scenario):
 def _scenario(config: ChaosConfig, log_dir: Path | None, server: EmbeddedRedis) -> _Scenario:
     if config.kind == "kill-workers":
         return _KillWorkers(config, log_dir)
-    if config.kind == "redis-restart":
+    if config.kind in _RESTARTS:
         return _RedisRestart(config, log_dir, server)
     if config.kind == "downstream-outage":
         return _DownstreamOutage(config, log_dir)
     if config.kind == "slow-downstream":
         return _SlowDownstream(config, log_dir)
+    if config.kind == "slow-commit":
+        return _SlowCommit(config, log_dir)
     return _Poison(config, log_dir)
 
 
@@ -1425,7 +1604,7 @@ def run_chaos(
         if log_dir is None:
             tmp = tempfile.TemporaryDirectory(prefix=f"tidegate-chaos-{config.kind}-")
             log_dir = Path(stack.enter_context(tmp))
-        server = EmbeddedRedis(appendonly=config.kind == "redis-restart").start()
+        server = EmbeddedRedis(appendonly=config.kind in _RESTARTS).start()
         try:
             scenario = _scenario(config, log_dir, server)
             report, samples = run_vessel_demo(

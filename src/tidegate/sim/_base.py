@@ -22,7 +22,10 @@ optional document check — :meth:`SimServer.set_document_check`), then the sim'
 admission policy (:meth:`SimServer._admit`: token bucket, connection cap, latency).
 Only an accepted write is recorded, with its key, at the instant it was admitted — so
 a write whose response the client never saw (a timeout) still counts, which is exactly
-how at-least-once delivery produces duplicates.
+how at-least-once delivery produces duplicates. A sim set to *commit at the end*
+(:meth:`SimServer.set_commit_at_end`) records it only when its service time is over,
+as a downstream that writes its database at the end of the request does: until then a
+lookup answers 404, even though the write is in its hands and will be accepted.
 
 Time comes from an injectable monotonic ``clock``; timestamps in the stats are
 ``time.time()`` floats derived from it, so a test that steps a fake clock gets a
@@ -127,6 +130,14 @@ class _Fault:
     until: float | None
 
 
+@dataclass(slots=True)
+class _Stragglers:
+    service_s: float
+    every: int
+    remaining: int
+    seen: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class _Outage:
     mode: OutageMode
@@ -202,6 +213,8 @@ class SimServer(ABC):
         self._rejected: frozenset[str] = frozenset()
         self._document_check: DocumentCheck | None = None
         self._outage: _Outage | None = None
+        self._commit_at_end = False
+        self._stragglers: _Stragglers | None = None
         self._server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._started = False
@@ -350,6 +363,7 @@ class SimServer(ABC):
             self._fault = None
             self._rejected = frozenset()
             self._outage = None
+            self._stragglers = None
             self._reset_policy(self._clock())
         log.info("sim_reset", kind=self.kind)
 
@@ -394,6 +408,50 @@ class SimServer(ABC):
         with self._lock:
             self._rejected = frozenset(keys)
         log.info("sim_reject_keys", kind=self.kind, keys=len(self._rejected))
+
+    def set_commit_at_end(self, enabled: bool = True) -> None:
+        """Record an accepted write when its service time is over, not when it is admitted.
+
+        A downstream that commits at the end of a slow request cannot confirm it by
+        lookup while the request runs — also when the client has given up waiting: the
+        write is still committed when the request finishes. A sender that asks too early
+        hears "not received" and sends again. Writes already in service keep the mode
+        they were admitted under; :meth:`reset` leaves the mode in place (it is part of
+        what the downstream is, not of its state).
+        """
+        with self._lock:
+            self._commit_at_end = bool(enabled)
+        log.info("sim_commit_mode", kind=self.kind, commit="at_end" if enabled else "on_admit")
+
+    def set_stragglers(self, service_s: float, *, count: int, every: int = 1) -> None:
+        """Make ``count`` of the next accepted writes take ``service_s`` — one in ``every``.
+
+        A straggler is a request the downstream is slow to finish (a lock, a slow
+        disk) while the others go through: it holds its connection for ``service_s``
+        and, with :meth:`set_commit_at_end`, is recorded only then. Replaces earlier
+        stragglers still due; :meth:`reset` clears them.
+        """
+        check_positive("service_s", service_s)
+        if count < 1 or every < 1:
+            raise ConfigurationError(f"count and every must be >= 1, got {count!r}, {every!r}")
+        with self._lock:
+            self._stragglers = _Stragglers(service_s, every, count)
+        log.info(
+            "sim_stragglers_set", kind=self.kind, service_s=service_s, count=count, every=every
+        )
+
+    def _straggle(self, service_s: float) -> float:
+        """The service time of a write being admitted: a straggler's, or its own."""
+        stragglers = self._stragglers
+        if stragglers is None:
+            return service_s
+        stragglers.seen += 1
+        if stragglers.seen % stragglers.every:
+            return service_s
+        stragglers.remaining -= 1
+        if stragglers.remaining == 0:
+            self._stragglers = None
+        return stragglers.service_s
 
     def set_document_check(self, check: DocumentCheck | None) -> None:
         """Validate every write's JSON body with ``check``, as a real gateway would.
@@ -495,7 +553,8 @@ class SimServer(ABC):
             self._in_flight += 1
             self._recorder.arrived(self._in_flight)
             now = self._clock()
-            reply, service_s, admitted = self._decide(now, key, problem)
+            commit_at_end = self._commit_at_end
+            reply, service_s, admitted = self._decide(now, key, problem, defer=commit_at_end)
             self._recorder.answered(reply.status, now)
         try:
             if service_s > 0:
@@ -505,12 +564,19 @@ class SimServer(ABC):
                 self._in_flight -= 1
                 if admitted:
                     self._admitted_in_flight -= 1
+                    if commit_at_end:
+                        assert key is not None
+                        self._recorder.accepted(key, self._clock())
         return reply
 
     def _decide(
-        self, now: float, key: str | None, problem: Reply | None
+        self, now: float, key: str | None, problem: Reply | None, *, defer: bool = False
     ) -> tuple[Reply, float, bool]:
-        """Answer one write; called under ``_lock``. Returns (reply, service_s, admitted)."""
+        """Answer one write; called under ``_lock``. Returns (reply, service_s, admitted).
+
+        With ``defer`` an admitted write is not recorded here: the caller records it when
+        its service time is over (commit at the end of the request).
+        """
         headers = self._extra_headers()
         outage = self._active_outage(now)
         if outage is not None:
@@ -532,14 +598,17 @@ class SimServer(ABC):
             if verdict.retry_after_s is not None:
                 headers["Retry-After"] = self._format_retry_after(now, verdict.retry_after_s)
             return json_reply(verdict.status, {"error": verdict.reason}, headers), 0.0, False
-        duplicate = self._recorder.accepted(key, now)
+        duplicate = self._recorder.lookup(key, count=False) if defer else None
+        if duplicate is None:
+            duplicate = self._recorder.accepted(key, now)
         self._admitted_in_flight += 1
+        service_s = self._straggle(verdict.service_s)
         if fault is not None:
             self._consume(fault)
             html = b"<html><body>gateway ok</body></html>"
-            return Reply(200, html, "text/html", headers), verdict.service_s, True
+            return Reply(200, html, "text/html", headers), service_s, True
         body = {"status": "accepted", "idempotency_key": key, "duplicate": duplicate}
-        return json_reply(200, {**body, **verdict.extra}, headers), verdict.service_s, True
+        return json_reply(200, {**body, **verdict.extra}, headers), service_s, True
 
     def _handle_lookup(self, key: str) -> Reply:
         """Answer ``GET <path>/<key>``: was a write with this key ever accepted?

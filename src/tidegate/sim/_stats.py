@@ -131,9 +131,13 @@ class StatsRecorder:
         self._accept_times.append(now)
         return duplicate
 
-    def lookup(self, key: str) -> bool:
-        """Count a status lookup; return whether ``key`` was ever accepted."""
-        self._lookups += 1
+    def lookup(self, key: str, *, count: bool = True) -> bool:
+        """Count a status lookup; return whether ``key`` was ever accepted.
+
+        ``count=False`` asks without counting (the sim's own question, not a client's).
+        """
+        if count:
+            self._lookups += 1
         return key in self._seen
 
     def accepted_keys(self) -> list[str]:

@@ -21,24 +21,54 @@ from reaching the downstream twice: ``sending`` is written just before the call 
 asks the downstream first (:meth:`GatedTask.confirm_delivery`, a lookup by
 idempotency key) and sends only if the answer is no. Once the call succeeded, nothing
 can requeue the unit: a Redis failure while recording it is logged, not raised.
+
+Two edges make the ledger's word insufficient:
+
+- a host crash loses the last second of Redis's append-only file (``appendfsync
+  everysec``), ``delivered`` marks with it. So a unit that finds *no* record asks the
+  downstream too when its message is not new: the broker flags it redelivered
+  (``delivery_info["redelivered"]``), or it carries earlier attempts
+  (:data:`ATTEMPT_HEADER`, :data:`FIRST_FAILED_HEADER`) or is a DLQ replay;
+- a downstream that commits at the end of a slow request answers a lookup "not
+  received" while that request still runs — also after the client timed out. With
+  :attr:`GatedTask.max_request_s` set (what the downstream may take to finish a
+  request it received), a call that may have reached it and got no answer parks the
+  unit until ``max_request_s`` after the call started, and a unit that finds the
+  ledger at ``sending`` younger than that parks for the rest of it: the lookup is
+  asked only once the earlier request can have finished.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import httpx
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
 from tidegate.delivery import Action, RetryPolicy, Verdict, judge_now
-from tidegate.errors import BackendError, ConfigurationError, MalformedUnit
+from tidegate.errors import (
+    BackendError,
+    ConfigurationError,
+    DownstreamUnavailable,
+    MalformedUnit,
+)
 from tidegate.integrations.celery.runtime import Runtime, runtime
 from tidegate.load import DeadLetter, DeliveryState
+from tidegate.load.ledger import LedgerEntry
 from tidegate.logging import get_logger, key_hash
 
-__all__ = ["ATTEMPT_HEADER", "FIRST_FAILED_HEADER", "REPLAY_HEADER", "GatedTask"]
+__all__ = [
+    "ATTEMPT_HEADER",
+    "AWAITING_COMMIT",
+    "FIRST_FAILED_HEADER",
+    "REPLAY_HEADER",
+    "GatedTask",
+]
 
 log = get_logger("tidegate.celery")
 
@@ -49,7 +79,17 @@ FIRST_FAILED_HEADER = "tidegate_first_failed_at"
 #: Message header set by a DLQ replay: on delivery, the DLQ record is removed.
 REPLAY_HEADER = "tidegate_replay"
 
+#: The park reason of a unit waiting for an earlier request to be over.
+AWAITING_COMMIT = "awaiting_downstream_commit"
+
 _CELERY_CONTROL_FLOW = (Retry, Ignore, Reject)
+#: Answers that say the downstream did not take the request in (it may be resent
+#: without waiting): 408 it timed out reading it, 429/503 it refused it.
+_NOT_TAKEN_STATUSES = frozenset({408, 429, 503})
+#: Transport errors raised before the request was written: it never left this host.
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+#: Exceptions (by name, as delivery.py judges them) that interrupt a call mid-way.
+_INTERRUPTED_NAMES = frozenset({"SoftTimeLimitExceeded", "TimeoutError", "ConnectionError"})
 #: Retries of the ledger's "delivered" mark after a delivered call (seconds between).
 _MARK_BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8)
 
@@ -67,6 +107,11 @@ class GatedTask(Task[Any, Any]):
             <path>/<key>`` (see :meth:`confirm_delivery`).
         required_fields: keys the envelope (the first argument) must have; a unit
             without one is dead-lettered before the gate, as a malformed unit.
+        max_request_s: how long the downstream may take to finish a request it
+            received (seconds), committing it at the end: no lookup or resend of a
+            unit happens sooner after its previous call started. ``None`` (the
+            default) reads ``TIDEGATE_<DOWNSTREAM>_MAX_REQUEST_S``; unset, there is no
+            such wait (right for a downstream that records a write when it takes it in).
     """
 
     abstract = True
@@ -76,6 +121,7 @@ class GatedTask(Task[Any, Any]):
     skip_delivered: ClassVar[bool] = True
     lookup_path: ClassVar[str | None] = None
     required_fields: ClassVar[tuple[str, ...]] = ()
+    max_request_s: ClassVar[float | None] = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.downstream:
@@ -84,33 +130,34 @@ class GatedTask(Task[Any, Any]):
         key = self.idempotency_key(args, kwargs)
         attempt = int(self._header(ATTEMPT_HEADER) or 0)
         first_failed = _epoch_or_none(self._header(FIRST_FAILED_HEADER))
+        max_request_s = self._max_request_s()
         gate = rt.gate(self.downstream)
         throttles = 0
-        uncertain: bool | None = None  # unknown until the ledger was read
+        basis: str | None = None  # why the ledger's word is not enough; None: it is
+        checked = False
         while True:
+            call_started: float | None = None
             try:
-                if uncertain is None:
+                if not checked:
                     self.check_unit(args, kwargs)
-                    state = (
-                        rt.ledger.state(self.downstream, key)
+                    entry = (
+                        rt.ledger.entry(self.downstream, key)
                         if self.skip_delivered
-                        else DeliveryState.NEW
+                        else LedgerEntry(DeliveryState.NEW, None, 0.0)
                     )
-                    if state is DeliveryState.DELIVERED:
-                        log.info(
-                            "delivery_skipped",
-                            task=self.name,
-                            key_hash=key_hash(key),
-                            reason="already_delivered",
-                        )
-                        self._settle(rt, key, mark=False)
-                        return {"tidegate": "already_delivered"}
-                    uncertain = state is DeliveryState.SENDING
+                    settled = self._settled_before(rt, args, kwargs, entry, max_request_s)
+                    if settled is not None:
+                        return settled
+                    basis = (
+                        self._doubt(entry, attempt, first_failed) if self.skip_delivered else None
+                    )
+                    checked = True
                 with gate.slot(max_wait=self.max_wait_s):
-                    if uncertain and self._confirmed(key):
+                    if basis is not None and self._confirmed(key, basis):
                         self._settle(rt, key, mark=True)
                         return {"tidegate": "already_delivered"}
-                    uncertain = False
+                    basis = None
+                    call_started = time.monotonic()
                     rt.ledger.sending(self.downstream, key)
                     result = self.run(*args, **kwargs)
             except _CELERY_CONTROL_FLOW:
@@ -136,11 +183,113 @@ class GatedTask(Task[Any, Any]):
                     )
                     raise Reject(verdict.reason, requeue=True) from exc
                 if verdict.action is Action.PARK:
+                    if call_started is not None and max_request_s:
+                        left_s = max_request_s - (time.monotonic() - call_started)
+                        verdict = self._await_request(rt, key, exc, verdict, left_s)
                     return self._park(rt, args, kwargs, verdict, first_failed)
                 return self._dead_letter(rt, args, kwargs, verdict, exc)
             # Delivered: from here on nothing may send it again or requeue it.
             self._settle(rt, key, mark=True)
             return result
+
+    def _settled_before(
+        self,
+        rt: Runtime,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        entry: LedgerEntry,
+        max_request_s: float | None,
+    ) -> dict[str, Any] | None:
+        """What the ledger alone settles before the gate: a delivered unit is skipped, one
+        whose previous call may still be running downstream is parked until it can have
+        finished. ``None``: go on to the gate."""
+        key = self.idempotency_key(args, kwargs)
+        if entry.state is DeliveryState.DELIVERED:
+            log.info(
+                "delivery_skipped",
+                task=self.name,
+                key_hash=key_hash(key),
+                reason="already_delivered",
+            )
+            self._settle(rt, key, mark=False)
+            return {"tidegate": "already_delivered"}
+        wait_s = _commit_wait_s(entry, max_request_s)
+        if wait_s <= 0:
+            return None
+        attempt = int(self._header(ATTEMPT_HEADER) or 0)
+        first_failed = _epoch_or_none(self._header(FIRST_FAILED_HEADER))
+        verdict = Verdict(Action.PARK, wait_s, AWAITING_COMMIT, attempt)
+        return self._park(rt, args, kwargs, verdict, first_failed)
+
+    def _await_request(
+        self, rt: Runtime, key: str, exc: Exception, verdict: Verdict, left_s: float
+    ) -> Verdict:
+        """Park a unit whose call may still be running downstream until it can have
+        finished: neither a lookup nor a resend means anything before. A call refused
+        outright cannot be running: the ledger forgets its send time, so that the next
+        attempt does not wait for it."""
+        if not _may_have_reached(exc):
+            try:
+                rt.ledger.refused(self.downstream, key)
+            except BackendError as error:
+                # The next attempt waits max_request_s for nothing: slower, not wrong.
+                log.warning(
+                    "ledger_mark_failed",
+                    task=self.name,
+                    downstream=self.downstream,
+                    key_hash=key_hash(key),
+                    error=type(error).__name__,
+                )
+            return verdict
+        if left_s <= verdict.delay_s:
+            return verdict
+        log.info(
+            "delivery_awaiting_commit",
+            task=self.name,
+            downstream=self.downstream,
+            key_hash=key_hash(key),
+            error=type(exc).__name__,
+            wait_s=round(left_s, 3),
+        )
+        return verdict._replace(delay_s=left_s)
+
+    def _doubt(self, entry: LedgerEntry, attempt: int, first_failed: float | None) -> str | None:
+        """Why the unit must ask the downstream before sending, or ``None`` if it need not.
+
+        ``sending``: an earlier attempt may have landed. No record at all proves
+        nothing either when the message is not new, or when Redis restarted a moment
+        ago: the ledger may have lost the record with the last second of Redis's
+        append-only file (a host crash) — and the broker, the pop of the message.
+        """
+        if entry.state is DeliveryState.SENDING:
+            return "ledger_sending"
+        info = self.request.delivery_info or {}
+        if info.get("redelivered") or self._header("redelivered"):
+            return "redelivered"
+        if attempt > 0 or first_failed is not None:
+            return "earlier_attempts"
+        if self._header(REPLAY_HEADER):
+            return "replay"
+        if entry.in_doubt:
+            return "redis_restarted"
+        return None
+
+    def _max_request_s(self) -> float | None:
+        """:attr:`max_request_s`, else ``TIDEGATE_<DOWNSTREAM>_MAX_REQUEST_S``, else ``None``."""
+        value: Any = self.max_request_s
+        source = f"{self.name}.max_request_s"
+        if value is None:
+            source = f"TIDEGATE_{self.downstream.upper()}_MAX_REQUEST_S"
+            value = os.environ.get(source) or None
+            if value is None:
+                return None
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ConfigurationError(f"{source} must be a finite number >= 0, got {value!r}")
+        return seconds
 
     def check_unit(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Raise :class:`~tidegate.errors.MalformedUnit` for a unit the body cannot use.
@@ -174,13 +323,14 @@ class GatedTask(Task[Any, Any]):
         client = runtime(self.app).downstream(self.downstream)
         return client.lookup(self.lookup_path, idempotency_key=key) is not None
 
-    def _confirmed(self, key: str) -> bool:
+    def _confirmed(self, key: str, basis: str) -> bool:
         confirmed = self.confirm_delivery(key)
         log.info(
             "delivery_reconciled",
             task=self.name,
             downstream=self.downstream,
             key_hash=key_hash(key),
+            basis=basis,
             outcome={True: "accepted_before", False: "not_received", None: "unknown"}[confirmed],
         )
         return confirmed is True
@@ -307,6 +457,30 @@ class GatedTask(Task[Any, Any]):
         )
         self._forget(rt, letter_key)
         return {"tidegate": "dead_lettered", "reason": verdict.reason}
+
+
+def _commit_wait_s(entry: LedgerEntry, max_request_s: float | None) -> float:
+    """Seconds until the attempt recorded in ``entry`` can have finished downstream.
+
+    Both instants come from Redis ``TIME``; an entry without a send time (written by
+    an older version) or a downstream without ``max_request_s`` never waits.
+    """
+    if not max_request_s or entry.state is not DeliveryState.SENDING or entry.sent_at_ms is None:
+        return 0.0
+    return max(0.0, max_request_s - (entry.now_ms - entry.sent_at_ms) / 1000.0)
+
+
+def _may_have_reached(exc: BaseException) -> bool:
+    """Whether the failed call may be in the downstream's hands, still running there.
+
+    A refusal (429, 503, 408) or a connection never made did not reach it; a timeout,
+    a connection dropped mid-answer, a 5xx from a proxy or an unreadable 2xx may have.
+    """
+    if isinstance(exc, DownstreamUnavailable):
+        if exc.status is not None:
+            return exc.status not in _NOT_TAKEN_STATUSES
+        return not isinstance(exc.__cause__, _NEVER_SENT)
+    return type(exc).__name__ in _INTERRUPTED_NAMES
 
 
 def _epoch_or_none(value: Any) -> float | None:

@@ -1,0 +1,32 @@
+-- ledger_entry: read one unit's ledger entry, the fleet clock, and whether the ledger
+-- is in doubt because Redis restarted (and may have lost its last writes).
+--
+-- A restart is seen as a new server run_id (INFO server) under the one recorded in
+-- the downstream's epoch hash. Redis restarted from its append-only file may have lost
+-- up to the last second of writes (appendfsync everysec): delivered marks, and the
+-- broker's pops of the messages they settled. Such a message comes back looking new,
+-- so for doubt_ms after a restart every unit without a record asks the downstream.
+-- The first sight of a server (no run_id recorded yet) is not a restart.
+--
+-- KEYS[1]  entry   string  "1" = delivered, "s:<ms>" / "s" = sending (see ledger_sending)
+-- KEYS[2]  epoch   hash    run_id -> the server last seen, doubt_until -> ms since epoch
+--
+-- ARGV[1]  doubt_ms  how long a restart leaves the ledger in doubt, ms (>= 0)
+--
+-- Returns {entry or false, now_ms, doubt_until_ms} (times as decimal strings, ms since
+-- epoch on Redis TIME).
+
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local value = redis.call("GET", KEYS[1])
+local run_id = string.match(redis.call("INFO", "server"), "run_id:(%x+)")
+local seen = redis.call("HGET", KEYS[2], "run_id")
+local doubt_until = tonumber(redis.call("HGET", KEYS[2], "doubt_until") or "0")
+if seen ~= run_id then
+  if seen then
+    doubt_until = now + tonumber(ARGV[1])
+    redis.call("HSET", KEYS[2], "doubt_until", string.format("%.3f", doubt_until))
+  end
+  redis.call("HSET", KEYS[2], "run_id", run_id)
+end
+return {value, string.format("%.3f", now), string.format("%.3f", doubt_until)}
