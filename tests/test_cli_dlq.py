@@ -200,3 +200,29 @@ def test_replay_rate_out_of_range_is_a_usage_error(
     assert result.exit_code == 2
     assert "--rate" in result.output
     assert [x.replays for x in letters.iter()] == [0, 0, 0]
+
+
+def test_a_letter_holding_a_raw_body_is_refused_not_republished(
+    redis_url: str, redis_client: redis.Redis, prefix: str
+) -> None:
+    """A message Celery could not decode (or a pickle) was dead-lettered with its raw
+    body: it is no task to republish, so replay says why and sends nothing."""
+    dlq = DeadLetterQueue(redis_client, prefix=prefix)
+    dlq.add(
+        DeadLetter(
+            key="raw-1",
+            task="",
+            reason="undecodable message body",
+            exception="DecodeError",
+            payload={
+                "body": base64.b64encode(b"\x80\x04not json").decode(),
+                "body_encoding": "base64",
+                "queue": f"{prefix}-replayq",
+            },
+        )
+    )
+    code, out = run(redis_url, prefix, "replay", "--limit", "1")
+    assert code == 1
+    assert "holds a raw message body (base64), not a task" in out
+    assert redis_client.llen(f"{prefix}-replayq") == 0
+    assert dlq.get("raw-1") is not None

@@ -170,27 +170,10 @@ def replay(
     Records another replay still holds (published, not yet settled) are skipped and
     counted, so running replay twice never publishes the same record twice.
     """
-    from celery import Celery
-
-    from tidegate.integrations.celery.gated import REPLAY_HEADER
-    from tidegate.integrations.celery.preset import configure, ensure_queue
+    from tidegate.integrations.celery.replay import celery_replay_publisher
 
     with redis_client(redis_url) as client:
-        # Configured like the workers: on RabbitMQ each publish waits for the broker's
-        # confirm, and the queue a letter names is declared with the workers' arguments.
-        producer = configure(Celery(broker=broker_url or resolve_redis_url(redis_url)))
-
-        def publish(letter: DeadLetter) -> None:
-            if letter.payload.get("queue"):
-                ensure_queue(producer, str(letter.payload["queue"]))
-            producer.send_task(
-                letter.task,
-                args=letter.payload.get("args", []),
-                kwargs=letter.payload.get("kwargs", {}),
-                queue=letter.payload.get("queue"),
-                headers={REPLAY_HEADER: letter.replays + 1},
-            )
-
+        publish, close = celery_replay_publisher(broker_url or resolve_redis_url(redis_url))
         pace = RateLimiter(client, "dlq-replay", rate=rate, burst=max(1, int(rate)), prefix=prefix)
         try:
             result = replay_dead_letters(
@@ -203,7 +186,7 @@ def replay(
                 hold_s=hold_minutes * 60,
             )
         finally:
-            producer.close()
+            close()
     click.echo(
         f"replayed {result.published} dead letter(s), skipped {result.skipped} already in replay"
     )

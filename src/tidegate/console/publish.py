@@ -8,7 +8,6 @@ indistinguishable from one replayed from the command line.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from tidegate.load.dlq import DeadLetter
 
@@ -16,20 +15,8 @@ __all__ = ["celery_publisher"]
 
 
 def celery_publisher(broker_url: str) -> tuple[Callable[[DeadLetter], None], Callable[[], None]]:
-    """``(publish, close)`` over a Celery producer for ``broker_url``."""
-    from celery import Celery
+    """``(publish, close)`` over a Celery producer for ``broker_url``: the one
+    :func:`~tidegate.integrations.celery.replay.celery_replay_publisher`."""
+    from tidegate.integrations.celery.replay import celery_replay_publisher
 
-    from tidegate.integrations.celery.gated import REPLAY_HEADER
-
-    producer: Any = Celery("tidegate-console", broker=broker_url)
-
-    def publish(letter: DeadLetter) -> None:
-        producer.send_task(
-            letter.task,
-            args=letter.payload.get("args", []),
-            kwargs=letter.payload.get("kwargs", {}),
-            queue=letter.payload.get("queue"),
-            headers={REPLAY_HEADER: letter.replays + 1},
-        )
-
-    return publish, producer.close
+    return celery_replay_publisher(broker_url)
