@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -49,7 +50,31 @@ from tidegate.errors import (
 if TYPE_CHECKING:
     from tidegate.flow import Gate
 
-__all__ = ["Action", "RetryPolicy", "Verdict", "fleet_now_s", "judge", "judge_now", "verdict_for"]
+__all__ = [
+    "Action",
+    "RetryPolicy",
+    "Verdict",
+    "fleet_now_s",
+    "judge",
+    "judge_now",
+    "unit_key",
+    "verdict_for",
+]
+
+
+def unit_key(args: object, kwargs: object) -> str | None:
+    """A unit's idempotency key from a task's arguments: an ``idempotency_key`` keyword,
+    else the envelope's ``"key"`` (the first positional argument), else None.
+
+    The one rule every engine adapter, the orphan sweep, the dead-letter paths and the
+    reports use, so a unit is known by the same key wherever it is seen.
+    """
+    if isinstance(kwargs, Mapping) and "idempotency_key" in kwargs:
+        return str(kwargs["idempotency_key"])
+    first = args[0] if isinstance(args, list | tuple) and args else None
+    if isinstance(first, Mapping) and "key" in first:
+        return str(first["key"])
+    return None
 
 
 class Action(enum.Enum):

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidegate.delivery import unit_key
+
 __all__ = ["OUTCOMES", "Reconciliation", "keys_in_messages", "reconcile"]
 
 #: Every outcome a key can have, in order of precedence.
@@ -116,8 +118,7 @@ def keys_in_messages(raws: Iterable[bytes | str]) -> list[str]:
             args, kwargs = json.loads(body)[:2]
         except (ValueError, KeyError, TypeError, IndexError):
             continue
-        if isinstance(kwargs, dict) and "idempotency_key" in kwargs:
-            keys.append(str(kwargs["idempotency_key"]))
-        elif args and isinstance(args[0], dict) and "key" in args[0]:
-            keys.append(str(args[0]["key"]))
+        key = unit_key(args, kwargs)
+        if key is not None:
+            keys.append(key)
     return keys

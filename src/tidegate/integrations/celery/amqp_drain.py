@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tidegate.delivery import unit_key
 from tidegate.errors import BackendError
 from tidegate.integrations.celery.amqp_topology import AmqpTopology, declare_dead_letters
 from tidegate.load import DeadLetter, DeadLetterQueue
@@ -92,7 +93,7 @@ def letter_from_dead_message(
         key = task_id or "amqp-" + hashlib.sha256(body).hexdigest()[:32]
     else:
         payload = {"task": task, "args": args, "kwargs": kwargs, "queue": queue}
-        key = _unit_key(args, kwargs) or task_id or "amqp-" + hashlib.sha256(body).hexdigest()[:32]
+        key = unit_key(args, kwargs) or task_id or "amqp-" + hashlib.sha256(body).hexdigest()[:32]
     deliveries = delivery_limit + 1 if reason_code == "delivery_limit" else 1
     template = _REASONS.get(reason_code, "the broker dead-lettered it from {queue} ({code})")
     envelope = args[0] if args and isinstance(args[0], Mapping) else {}
@@ -136,14 +137,6 @@ def _celery_body(body: bytes, content_type: str) -> tuple[list[Any] | None, dict
     ):
         return decoded[0], decoded[1]
     return None, None
-
-
-def _unit_key(args: list[Any], kwargs: Mapping[str, Any]) -> str | None:
-    if "idempotency_key" in kwargs:
-        return str(kwargs["idempotency_key"])
-    if args and isinstance(args[0], Mapping) and "key" in args[0]:
-        return str(args[0]["key"])
-    return None
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -50,7 +50,7 @@ import httpx
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
-from tidegate.delivery import Action, RetryPolicy, Verdict, judge_now
+from tidegate.delivery import Action, RetryPolicy, Verdict, judge_now, unit_key
 from tidegate.errors import (
     BackendError,
     ConfigurationError,
@@ -396,12 +396,9 @@ class GatedTask(Task[Any, Any]):
             log.info("dlq_item_resolved", task=self.name, key_hash=key_hash(key))
 
     def idempotency_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-        """The unit's key: ``kwargs["idempotency_key"]``, an envelope's ``"key"``, or the id."""
-        if "idempotency_key" in kwargs:
-            return str(kwargs["idempotency_key"])
-        if args and isinstance(args[0], Mapping) and "key" in args[0]:
-            return str(args[0]["key"])
-        return str(self.request.id)
+        """The unit's key (:func:`~tidegate.delivery.unit_key`), else the task id."""
+        key = unit_key(tuple(args), kwargs)
+        return key if key is not None else str(self.request.id)
 
     def _queue(self) -> str:
         info = self.request.delivery_info or {}

@@ -32,6 +32,7 @@ from typing import Any, cast
 from celery import Celery, signals
 
 from tidegate._redis import hash_pages, map_redis_errors
+from tidegate.delivery import unit_key
 from tidegate.errors import BackendError, ConfigurationError
 from tidegate.load import DeliveryLedger, DeliveryState, ParkingLot
 from tidegate.load.depth import RedisDepthProbe
@@ -63,15 +64,6 @@ SWEEP_PAGE = 500
 
 _TRACKERS: dict[tuple[int, str], Any] = {}
 _TRACKERS_LOCK = threading.Lock()
-
-
-def _unit_key(args: Any, kwargs: Any) -> str | None:
-    """The idempotency key a GatedTask would use, or None (then it is not tracked)."""
-    if isinstance(kwargs, Mapping) and "idempotency_key" in kwargs:
-        return str(kwargs["idempotency_key"])
-    if args and isinstance(args[0], Mapping) and "key" in args[0]:
-        return str(args[0]["key"])
-    return None
 
 
 def track_publishes(
@@ -113,7 +105,7 @@ def track_publishes(
         if not isinstance(body, (list, tuple)) or len(body) < 2:
             return  # not protocol 2: nothing tidegate publishes
         args, kwargs = body[0], body[1]
-        key = _unit_key(args, kwargs)
+        key = unit_key(args, kwargs)  # None: not a unit, not tracked
         if key is None or not routing_key:
             return
         unit = OutstandingUnit(key, sender, str(headers["id"]), routing_key, list(args), kwargs)
