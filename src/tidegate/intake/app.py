@@ -147,6 +147,7 @@ def create_app(
             client = authenticate(request)
             body = await _read_body(request, bounds)
             decision = await run_in_threadpool(pipeline.submit, body, client)
+            pipeline.fault.reached("before_ack")
         except (IntakeError, EdifactError, PayloadTooLarge) as exc:
             return _refusal(exc, client)
         headers = {}
