@@ -73,11 +73,13 @@ def test_each_status_has_its_folder(build) -> None:
     common = {"contrl_reference": "C1", "now": NOW, "retry_after_s": 5}
     accepted = route(decide(reading, claim=Claim.NEW, saturated=frozenset(), **common))
     assert (accepted.destination, accepted.status) == (Destination.DONE, "accepted")
-    assert accepted.contrl is not None and "UCI+REF1+ACME:ZZZ+PORT:ZZZ+8'" in accepted.contrl
+    assert accepted.contrl is not None
+    assert "UCI+REF1+ACME:ZZZ+PORT:ZZZ+8'" in accepted.contrl
 
     duplicate = route(decide(reading, claim=Claim.DUPLICATE, saturated=frozenset(), **common))
     assert duplicate.destination is Destination.REJECTED
-    assert duplicate.contrl is not None and "+4+26'" in duplicate.contrl
+    assert duplicate.contrl is not None
+    assert "+4+26'" in duplicate.contrl
 
     bad = _reading(build, build.vermas(container="MSCU1234560"))
     rejected = route(decide(bad, claim=Claim.NEW, saturated=frozenset(), **common))
@@ -115,7 +117,8 @@ def test_a_paused_sender_resumes_only_when_every_queue_it_waits_on_drained() -> 
         return check
 
     assert pauses.resume_drained(drained(frozenset({"q1"}))) == []
-    assert pauses.is_paused("ACME") and pauses.is_paused("OTHER")
+    assert pauses.is_paused("ACME")
+    assert pauses.is_paused("OTHER")
     assert pauses.resume_drained(drained(frozenset({"q2"}))) == ["OTHER"]
     assert pauses.resume_drained(drained(frozenset({"q1", "q2"}))) == ["ACME"]
     assert not pauses.is_paused("ACME")

@@ -220,4 +220,3 @@ def test_a_crash_between_publish_and_move_leaves_the_file_and_its_reread_is_a_du
     assert handled.moved_to == tmp_path / "ACME" / "rejected" / "a.edi"
     assert redis_client.llen(queue_of("edi.customs")) == 1
     assert redis_client.llen(queue_of("bulk.dispatch")) == 1
-

@@ -1,14 +1,17 @@
 """``tidegate intake serve``: the HTTP front door for senders' interchanges.
 
 Senders ``POST /interchanges`` with the raw EDIFACT as the body and get the CONTRL and a
-JSON summary back; see :mod:`tidegate.intake` for what is acknowledged when. Units go
-to the Celery broker (``--broker-url``, default the Redis URL) with the task of their
-queue (``--task QUEUE=TASK``); the duplicate window, watermarks and quarantine live in
-tidegate's Redis under ``--prefix``.
+JSON summary back, or drop files into their folder under ``--watch``; see
+:mod:`tidegate.intake` for what is acknowledged when. Units go to the Celery broker
+(``--broker-url``, default the Redis URL) with the task of their queue (``--task
+QUEUE=TASK``); the duplicate window, watermarks and quarantine live in tidegate's Redis
+under ``--prefix``. ``TIDEGATE_INTAKE_FAULT`` (crash tests only) names a point where the
+process kills itself: see :mod:`tidegate.intake.faults`.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +108,21 @@ def intake() -> None:
     help="How long a sender id + control reference is remembered; a repeat is answered 409.",
 )
 @click.option(
+    "--watch",
+    "watch",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Also take files from this drop folder: one sub-folder per sender id "
+    "(see the README's convention for writing files).",
+)
+@click.option(
+    "--watch-poll",
+    type=FiniteFloat(min=0.05, max=3600),
+    default=1.0,
+    show_default=True,
+    help="Seconds between two looks at the drop folders.",
+)
+@click.option(
     "--retry-after",
     type=click.IntRange(1, 3600),
     default=30,
@@ -123,9 +141,11 @@ def serve(
     max_body_bytes: int,
     read_timeout: float,
     duplicate_window_days: float,
+    watch: Path | None,
+    watch_poll: float,
     retry_after: int,
 ) -> None:
-    """Serve POST /interchanges until interrupted."""
+    """Serve POST /interchanges (and the --watch drop folder) until interrupted."""
     try:
         import uvicorn
         from celery import Celery
@@ -133,6 +153,8 @@ def serve(
         from tidegate.intake import (
             AdmissionPublisher,
             ApiKeys,
+            FaultPoint,
+            FolderWatcher,
             IntakePipeline,
             Limits,
             RedisDuplicates,
@@ -151,6 +173,7 @@ def serve(
     queue_tasks = _tasks(tasks)
     try:
         keys = ApiKeys.from_file(keys_file) if keys_file is not None else None
+        fault = FaultPoint.from_env()
     except TidegateError as exc:
         raise TidegateCLIError(str(exc)) from None
     broker = resolve_broker(redis_url, broker_url)
@@ -165,6 +188,12 @@ def serve(
                 ),
                 publisher=AdmissionPublisher(admission),
                 retry_after_s=retry_after,
+                fault=fault,
+            )
+            watcher = (
+                FolderWatcher(watch, pipeline, poll_s=watch_poll, max_file_bytes=max_body_bytes)
+                if watch is not None
+                else None
             )
             app = create_app(
                 pipeline,
@@ -183,6 +212,15 @@ def serve(
                 err=True,
             )
             log.warning("intake_anonymous", host=host, port=port)
+        if fault.point is not None:
+            click.secho(
+                f"WARNING: fault point {fault.point!r} set: this process kills itself there "
+                "(crash tests only).",
+                fg="red",
+                bold=True,
+                err=True,
+            )
+            log.warning("intake_fault_point", point=fault.point)
         options: dict[str, Any] = {"log_config": None, "access_log": False}
         log.info(
             "intake_started",
@@ -193,5 +231,18 @@ def serve(
             anonymous=allow_anonymous,
             queues=sorted(queue_tasks),
             max_body_bytes=max_body_bytes,
+            watch=str(watch) if watch is not None else None,
         )
-        uvicorn.run(app, host=host, port=port, **options)
+        stop = threading.Event()
+        thread = None
+        if watcher is not None:
+            thread = threading.Thread(
+                target=watcher.run, args=(stop,), name="intake-watcher", daemon=True
+            )
+            thread.start()
+        try:
+            uvicorn.run(app, host=host, port=port, **options)
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join(timeout=max(5.0, 2 * watch_poll))
