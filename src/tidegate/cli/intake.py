@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,6 +26,9 @@ from tidegate.cli._common import (
 from tidegate.cli.monitor import broker_url_option, resolve_broker
 from tidegate.errors import TidegateError
 from tidegate.logging import get_logger
+
+if TYPE_CHECKING:
+    from tidegate.load.admission import Admission
 
 __all__ = ["DEFAULT_TASKS", "intake"]
 
@@ -42,14 +45,43 @@ DEFAULT_TASKS: dict[str, str] = {
 _DAY_MS = 24 * 3600 * 1000
 
 
-def _tasks(values: tuple[str, ...]) -> dict[str, str]:
-    tasks = dict(DEFAULT_TASKS)
+def _tasks(values: tuple[str, ...], *, engine: str = "celery") -> dict[str, str]:
+    # RQ runs the user's job functions: there is no default to fall back on.
+    tasks = dict(DEFAULT_TASKS) if engine == "celery" else {}
     for value in values:
         queue, _, task = value.partition("=")
         if not queue.strip() or not task.strip():
             raise click.BadParameter(f"expected QUEUE=TASK, got {value!r}", param_hint="--task")
         tasks[queue.strip()] = task.strip()
+    if engine == "rq":
+        missing = sorted(set(DEFAULT_TASKS) - set(tasks))
+        if missing:
+            raise click.UsageError(
+                "--engine rq needs --task QUEUE=module.function for every routed queue; "
+                f"missing: {', '.join(missing)}"
+            )
     return tasks
+
+
+def _admission(
+    engine: str, broker: str, tasks: dict[str, str], client: Any, prefix: str
+) -> Admission:
+    """The admission publishing to the chosen engine's queues (a Redis reply each)."""
+    if engine == "rq":
+        from tidegate._redis import client_from_url
+        from tidegate.integrations.rq import rq_admission
+
+        if not broker.startswith(("redis://", "rediss://", "unix://")):
+            scheme = broker.partition(":")[0]
+            raise TidegateCLIError(f"--engine rq needs a Redis broker, got {scheme}")
+        return rq_admission(client_from_url(broker), tasks, client=client, prefix=prefix)
+    from celery import Celery
+
+    from tidegate.load.admission import Admission
+
+    return Admission.for_celery(
+        Celery("tidegate-intake", broker=broker), tasks, client=client, prefix=prefix
+    )
 
 
 @click.group()
@@ -72,6 +104,14 @@ def intake() -> None:
     help="The Celery task of a queue's units (repeatable). Default: "
     + ", ".join(f"{q}={t}" for q, t in DEFAULT_TASKS.items())
     + ".",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["celery", "rq"]),
+    default="celery",
+    show_default=True,
+    help="Publish units as Celery tasks, or as RQ jobs (then --task names each queue's "
+    "job function).",
 )
 @click.option(
     "--keys-file",
@@ -136,6 +176,7 @@ def serve(
     prefix: str,
     broker_url: str | None,
     tasks: tuple[str, ...],
+    engine: str,
     keys_file: Path | None,
     allow_anonymous: bool,
     max_body_bytes: int,
@@ -148,7 +189,6 @@ def serve(
     """Serve POST /interchanges (and the --watch drop folder) until interrupted."""
     try:
         import uvicorn
-        from celery import Celery
 
         from tidegate.intake import (
             AdmissionPublisher,
@@ -160,7 +200,6 @@ def serve(
             RedisDuplicates,
             create_app,
         )
-        from tidegate.load.admission import Admission
     except ImportError as exc:
         raise TidegateCLIError(
             f"{exc}: `tidegate intake serve` needs the intake extra "
@@ -170,7 +209,7 @@ def serve(
         raise click.UsageError("pass --keys-file (API keys), or --allow-anonymous")
     if keys_file is not None and allow_anonymous:
         raise click.UsageError("--keys-file and --allow-anonymous exclude each other")
-    queue_tasks = _tasks(tasks)
+    queue_tasks = _tasks(tasks, engine=engine)
     try:
         keys = ApiKeys.from_file(keys_file) if keys_file is not None else None
         fault = FaultPoint.from_env()
@@ -179,9 +218,7 @@ def serve(
     broker = resolve_broker(redis_url, broker_url)
     with redis_client(redis_url) as client:
         try:
-            admission = Admission.for_celery(
-                Celery("tidegate-intake", broker=broker), queue_tasks, client=client, prefix=prefix
-            )
+            admission = _admission(engine, broker, queue_tasks, client, prefix)
             pipeline = IntakePipeline(
                 duplicates=RedisDuplicates(
                     client, prefix=prefix, window_ms=max(1, round(duplicate_window_days * _DAY_MS))
@@ -230,6 +267,7 @@ def serve(
             clients=len(keys) if keys is not None else 0,
             anonymous=allow_anonymous,
             queues=sorted(queue_tasks),
+            engine=engine,
             max_body_bytes=max_body_bytes,
             watch=str(watch) if watch is not None else None,
         )
