@@ -184,8 +184,10 @@ def serve_intake(
     *args: str,
     env: dict[str, str] | None = None,
     timeout_s: float = 30.0,
+    ready: bool = True,
 ) -> ServedIntake:
-    """Start ``tidegate intake serve --allow-anonymous`` on ``redis_url``; wait for /healthz."""
+    """Start ``tidegate intake serve --allow-anonymous`` on ``redis_url``; wait for /healthz
+    (unless not ``ready``: a process meant to die may do so before it answers)."""
     port = free_port()
     executable = shutil.which("tidegate", path=os.path.dirname(sys.executable))
     assert executable is not None
@@ -210,6 +212,8 @@ def serve_intake(
             env={**os.environ, **(env or {})},
         )
     url = f"http://127.0.0.1:{port}"
+    if not ready:
+        return ServedIntake(url, redis_url, process, stderr)
     deadline = time.monotonic() + timeout_s
     while True:
         if process.poll() is not None:
@@ -247,8 +251,10 @@ def intake_server(tmp_path: Path) -> Iterator[Any]:
     """``serve_intake`` bound to this test's log folder; every server is stopped after."""
     started: list[ServedIntake] = []
 
-    def start(redis_url: str, *args: str, env: dict[str, str] | None = None) -> ServedIntake:
-        served = serve_intake(redis_url, tmp_path, *args, env=env)
+    def start(
+        redis_url: str, *args: str, env: dict[str, str] | None = None, ready: bool = True
+    ) -> ServedIntake:
+        served = serve_intake(redis_url, tmp_path, *args, env=env, ready=ready)
         started.append(served)
         return served
 
