@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_RESENDS",
     "DEFAULT_SENDERS",
     "DEMO_RETRY_AFTER_S",
+    "MAX_RETRIES",
     "Posting",
     "demo_pipeline",
     "intake_keys",
@@ -173,6 +174,10 @@ class Posting:
             elif status not in (202, 409, 503):
                 self.failed.append(index)
 
+    def give_up(self, index: int) -> None:
+        with self._lock:
+            self.failed.append(index)
+
     def report(self) -> dict[str, Any]:
         p50, p99 = _percentile(self.ack_ms, 0.50), _percentile(self.ack_ms, 0.99)
         return {
@@ -190,9 +195,14 @@ class Posting:
         }
 
 
+#: 503s in a row after which a demo sender gives up on an interchange (it is then
+#: ``failed`` in the report and ``lost`` in the reconciliation, never silently dropped).
+MAX_RETRIES = 120
+
+
 def _post_one(client: httpx.Client, url: str, body: bytes, index: int, posting: Posting) -> int:
     """Post until the answer is not 503 (waiting out each Retry-After); the final status."""
-    while True:
+    for _ in range(MAX_RETRIES + 1):
         start = time.perf_counter()
         try:
             response = client.post(url, content=body)
@@ -207,6 +217,9 @@ def _post_one(client: httpx.Client, url: str, body: bytes, index: int, posting: 
             return status
         # The sender's side of backpressure: wait as told, then send the same bytes again.
         time.sleep(float(response.headers.get("retry-after", DEMO_RETRY_AFTER_S)))
+    log.warning("demo_sender_gave_up", index=index, retries=MAX_RETRIES)
+    posting.give_up(index)
+    return 503
 
 
 def post_burst(
