@@ -194,7 +194,7 @@ def _downstream_report(stats: dict[str, Any], limit_per_s: float, limit: str) ->
     drain = (last - first) if first is not None and last is not None else 0.0
     calls = stats["distinct_keys"]
     ideal = calls / limit_per_s if limit_per_s else 0.0
-    return {
+    figures: dict[str, Any] = {
         "accepted": calls,
         "duplicates": stats["duplicates"],
         "responses_429": stats["responses_429"],
@@ -206,6 +206,10 @@ def _downstream_report(stats: dict[str, Any], limit_per_s: float, limit: str) ->
         "ideal_s": round(ideal, 3),
         "utilisation": round(ideal / drain, 3) if drain > 0 else None,
     }
+    if "busy_share" in stats:  # a connection-limited downstream's own service record
+        share = stats["busy_share"]
+        figures["busy_share"] = None if share is None else round(share, 3)
+    return figures
 
 
 @contextlib.contextmanager
