@@ -266,7 +266,34 @@ def test_desired_workers_never_exceed_what_the_downstream_can_use(
     assert state.desired_workers <= max(state.quota_workers, policy.min_workers)
     assert state.desired_workers <= max(state.backlog_workers, policy.min_workers)
     if concurrency:
-        assert state.quota_workers <= concurrency
+        # A worker waiting on a lease holds no connection: the cap allows the workers
+        # that keep every connection busy, plus one waiting — never more.
+        assert state.quota_workers <= concurrency + 1
+
+
+def test_a_capped_downstream_wants_more_workers_than_connections_and_says_why() -> None:
+    """The TOS: 4 connections, 50 ms calls, 20 ms of bookkeeping per task. Four workers
+    would keep the connections busy 5/7 of the time; the monitor asks for
+    ceil(4 × 70 / 50) + 1 = 7 and names the connections as the reason."""
+    policy = ScalingPolicy(backlog_per_worker=1, service_s=0.05, overhead_s=0.02)
+    gate = GateView("tos", rate=1000.0, burst=100, concurrency=4)
+    (state,) = run([1000], Watermarks(hwm=100, lwm=10), gate=gate, policy=policy)
+    assert state.quota_workers == state.desired_workers == 7
+    assert state.quota_reason == "connections: ceil(4 × (0.05 + 0.02) s / 0.05 s) + 1 spare = 7"
+
+
+def test_overhead_lengthens_the_rate_based_figure_too() -> None:
+    """Little's law over the whole cycle: 10/s × (0.5 + 0.1) s = 6 workers."""
+    policy = ScalingPolicy(backlog_per_worker=1, service_s=0.5, overhead_s=0.1)
+    (state,) = run(
+        [1000], Watermarks(hwm=100, lwm=10), gate=GateView("c", rate=10.0), policy=policy
+    )
+    assert (state.quota_workers, state.quota_reason) == (6, "rate: ceil(10/s × (0.5 + 0.1) s) = 6")
+
+
+def test_a_negative_overhead_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="overhead_s"):
+        ScalingPolicy(overhead_s=-0.01)
 
 
 def test_state_round_trips_through_its_dict() -> None:

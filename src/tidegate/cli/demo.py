@@ -225,8 +225,9 @@ def _finish(
     type=click.IntRange(1, 16),
     default=2,
     show_default=True,
-    help="vessel, bulk, overload: processes in the customs pool (the TOS pool gets twice "
-    "as many; bulk: in each pool; with --chaos: default the scenario's).",
+    help="vessel, bulk, overload: processes in the customs pool (vessel: the TOS pool gets "
+    "what keeps its connections busy; bulk: in each pool; with --chaos: default the "
+    "scenario's).",
 )
 @click.option(
     "--vermas",
@@ -376,7 +377,7 @@ def _vessel_scenario(
     plot_path: Path | None,
     keep_logs: bool,
 ) -> None:
-    from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo
+    from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo, tos_pool
 
     config = VesselConfig(
         interchanges=interchanges,
@@ -388,8 +389,9 @@ def _vessel_scenario(
     limits = {"customs": f"{customs_rate:g}/s", "tos": f"{config.tos_connections} connections"}
     console.print(
         f"[bold]A vessel berths:[/] {interchanges} interchanges hit {workers} customs and "
-        f"{workers * 2} TOS worker processes. The customs gateway accepts {customs_rate:g}/s "
-        f"(burst {customs_burst}); the terminal system {config.tos_connections} connections."
+        f"{tos_pool(config).workers} TOS worker processes. The customs gateway accepts "
+        f"{customs_rate:g}/s (burst {customs_burst}); the terminal system "
+        f"{config.tos_connections} connections."
     )
     with (
         _log_dir(console, keep_logs, "demo") as log_dir,

@@ -175,6 +175,14 @@ def build_replay_admission(
     help="Seconds one task takes, for the worker count a backlog needs.",
 )
 @click.option(
+    "--overhead-s",
+    type=FiniteFloat(min=0.0, max=86_400),
+    default=0.0,
+    show_default=True,
+    help="Seconds a task costs a worker outside the downstream call (ledger, ack, fetch): "
+    "under a concurrency cap a pool needs cap × (service + overhead) / service + 1 workers.",
+)
+@click.option(
     "--min-workers",
     type=click.IntRange(0),
     default=1,
@@ -202,6 +210,7 @@ def monitor(
     sender: str,
     backlog_per_worker: int,
     service_s: float,
+    overhead_s: float,
     min_workers: int,
     max_workers: int,
     iterations: int | None,
@@ -224,6 +233,7 @@ def monitor(
             policy = ScalingPolicy(
                 backlog_per_worker=backlog_per_worker,
                 service_s=service_s,
+                overhead_s=overhead_s,
                 min_workers=min_workers,
                 max_workers=max_workers,
             )

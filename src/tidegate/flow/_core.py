@@ -3,9 +3,15 @@
 An admission is a small conversation with the backend — decide, maybe sleep until the
 reserved slot, maybe wait out a pause or for a lease to free, decide again. It is
 written here as a generator that *yields* the I/O it needs (:class:`Decide`,
-:class:`Sleep`, :class:`WaitReleased`) and receives the answers; ``drive_sync`` and
-``drive_async`` perform that I/O. So the maths, the budget and the log events exist
-once, and the two twins differ only in ``await`` (the httpx ``auth_flow`` pattern).
+:class:`Sleep`, :class:`WaitReleased`, :class:`Release`) and receives the answers;
+``drive_sync`` and ``drive_async`` perform that I/O. So the maths, the budget and the
+log events exist once, and the two twins differ only in ``await`` (the httpx ``auth_flow`` pattern).
+
+A reserved slot is not a promise to go: the pause is read again after the sleep, because
+another worker's 429 may have paused the fleet meanwhile. A paused caller forfeits its
+slot (the bucket refills during the pause, so nothing is lost by it) and decides again
+after the pause; keeping the slot would release every reserved caller at the pause's
+end at once, a burst larger than the bucket, into a downstream that just said 429.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ __all__ = [
     "Decide",
     "Decision",
     "Limit",
+    "Release",
     "Sleep",
     "WaitReleased",
     "drive_async",
@@ -76,7 +83,14 @@ class WaitReleased(NamedTuple):
     timeout_s: float
 
 
-Step: TypeAlias = Decide | Sleep | WaitReleased
+class Release(NamedTuple):
+    """Give back a lease taken with a slot the caller will not use."""
+
+    holder: str
+    wake_cap: int
+
+
+Step: TypeAlias = Decide | Sleep | WaitReleased | Release
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +179,21 @@ class Limit:
             read_config=self.read_config,
         )
 
+    def pause_check(self) -> AcquireParams:
+        """A decision that consumes nothing and only reads the pause: no rate, no cap,
+        no live config, so the script answers PAUSED or ADMITTED with wait 0."""
+        return AcquireParams(
+            cost=1,
+            rate=0.0,
+            burst=1,
+            concurrency=0,
+            lease_ms=0.0,
+            max_wait_ms=0.0,
+            holder="",
+            check_pause=True,
+            read_config=False,
+        )
+
     def check_cost(self, cost: int) -> None:
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
             raise ConfigurationError(f"n must be an integer >= 1, got {cost!r}")
@@ -222,7 +251,26 @@ class Limit:
                         tokens_left=result.remaining,
                         mode="reserve",
                     )
-                    yield Sleep(wait_s)
+                    slept = yield Sleep(wait_s)
+                    if self.check_pause:
+                        check = yield Decide(self.pause_check())
+                        assert isinstance(check, AcquireResult)
+                        if check.status is Status.PAUSED:
+                            # A pause written while this caller slept (another worker's
+                            # 429): the reserved slot is dropped, the lease given back,
+                            # and the loop decides again, so the pause is waited out or
+                            # parked on like any other and a fresh slot is reserved.
+                            log.info(
+                                "downstream_gate_paused_after_reserve",
+                                downstream=self.name,
+                                wait_s=round(check.wait_ms / 1000.0, 4),
+                                slot_forfeited_s=round(wait_s, 4),
+                            )
+                            if result.leased:
+                                yield Release(holder, max(1, self.concurrency))
+                            assert isinstance(slept, float)
+                            now_s = slept
+                            continue
                 waited = now_s - started_s + wait_s
                 return Admission(waited, result.remaining, holder, result.leased)
             if result.status is Status.RATE or (
@@ -270,6 +318,9 @@ def drive_sync(
             elif isinstance(step, Sleep):
                 backend.sleep(step.seconds)
                 step = flow.send(backend.monotonic())
+            elif isinstance(step, Release):
+                backend.release(keys, step.holder, wake_cap=step.wake_cap)
+                step = flow.send(None)
             else:
                 backend.wait_released(keys, step.timeout_s)
                 step = flow.send(backend.monotonic())
@@ -292,6 +343,9 @@ async def drive_async(
             elif isinstance(step, Sleep):
                 await backend.sleep(step.seconds)
                 step = flow.send(backend.monotonic())
+            elif isinstance(step, Release):
+                await backend.release(keys, step.holder, wake_cap=step.wake_cap)
+                step = flow.send(None)
             else:
                 await backend.wait_released(keys, step.timeout_s)
                 step = flow.send(backend.monotonic())

@@ -25,9 +25,12 @@ signal            when
 
 ``desired_workers = min(backlog-based, quota-based)``, clamped to the policy's range:
 backlog-based is ``ceil(depth / backlog_per_worker)`` (KEDA's ``listLength``
-semantics); quota-based is what the downstream's rate can keep busy,
-``ceil(rate × service_s)`` (Little's law), capped by its concurrency. Past that,
-workers only queue for tokens.
+semantics); quota-based is what the downstream's limits can keep busy
+(:func:`tidegate.load.sizing.pool_size`): ``ceil(rate × (service_s + overhead_s))``
+(Little's law) or, under a concurrency cap, ``ceil(cap × (service_s + overhead_s) /
+service_s) + 1`` — a worker holds no connection while it waits for a lease or does its
+own bookkeeping, so a pool with only as many workers as connections leaves them idle.
+Past that, workers only queue for tokens or leases. ``quota_reason`` says which.
 
 **Shedding** starts once the depth has been above ``hwm`` for ``shed_after``
 consecutive samples — a brief spike never sheds — and stops only when the depth is
@@ -50,6 +53,7 @@ from tidegate._redis import map_redis_errors
 from tidegate.errors import ConfigurationError
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.load.depth import QueueDepth
+from tidegate.load.sizing import PoolSize, pool_size
 from tidegate.logging import get_logger
 
 __all__ = [
@@ -170,7 +174,10 @@ class ScalingPolicy:
         backlog_per_worker: messages one worker process is expected to absorb
             (KEDA ``listLength``): backlog-based workers = ``ceil(depth / this)``.
         service_s: typical duration of one downstream call, seconds; quota-based
-            workers = ``ceil(rate × service_s)``.
+            workers = ``ceil(rate × (service_s + overhead_s))``, or under a cap
+            ``ceil(cap × (service_s + overhead_s) / service_s) + 1``.
+        overhead_s: what a task costs a worker outside the downstream call (ledger
+            writes, ack, fetching the next message), seconds; 0 by default.
         min_workers / max_workers: the range ``desired_workers`` is clamped to.
         release_after: consecutive samples the gate must look free before a queue
             stops being "downstream-bound" (a saturated gate blinks free for an instant
@@ -182,11 +189,16 @@ class ScalingPolicy:
     min_workers: int = 1
     max_workers: int = 64
     release_after: int = 3
+    overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         _whole("backlog_per_worker", self.backlog_per_worker, 1)
         if not (math.isfinite(self.service_s) and self.service_s > 0):
             raise ConfigurationError(f"service_s must be a finite number > 0: {self.service_s!r}")
+        if not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
+            raise ConfigurationError(
+                f"overhead_s must be a finite number >= 0: {self.overhead_s!r}"
+            )
         _whole("min_workers", self.min_workers, 0)
         _whole("max_workers", self.max_workers, 1)
         _whole("release_after", self.release_after, 1)
@@ -230,10 +242,21 @@ class GateView:
             return "downstream_rate"
         return None
 
-    def quota_workers(self, service_s: float) -> int:
-        """Workers the downstream can keep busy: ``ceil(rate × service_s)``, capped."""
-        workers = max(1, math.ceil(self.rate * service_s - 1e-9))
-        return min(workers, self.concurrency) if self.concurrency > 0 else workers
+    def quota_workers(self, service_s: float, overhead_s: float = 0.0) -> int:
+        """Workers the downstream can keep busy (see :meth:`quota`)."""
+        return self.quota(service_s, overhead_s).workers
+
+    def quota(self, service_s: float, overhead_s: float = 0.0) -> PoolSize:
+        """Workers the downstream's rate or connections can keep busy, and why
+        (:func:`tidegate.load.sizing.pool_size`)."""
+        if self.rate <= 0 and self.concurrency <= 0:
+            return PoolSize(1, "none", "no rate or concurrency limit known: 1")
+        return pool_size(
+            rate=self.rate,
+            concurrency=self.concurrency,
+            service_s=service_s,
+            overhead_s=overhead_s,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -257,7 +280,8 @@ class LoadState:
         signal / reason: the scaling signal and why.
         desired_workers: ``min(backlog_workers, quota_workers)``, clamped.
         backlog_workers: what the backlog alone asks for.
-        quota_workers: what the downstream's rate can use (``None``: no gate known).
+        quota_workers: what the downstream's limits can use (``None``: no gate known).
+        quota_reason: the arithmetic behind ``quota_workers`` (which limit binds).
         bound: the bottleneck latched from the gate (``downstream_rate`` …) or ``None``.
         free_streak: consecutive samples the gate looked free while ``bound`` is set.
     """
@@ -275,6 +299,7 @@ class LoadState:
     quota_workers: int | None = None
     bound: str | None = None
     free_streak: int = 0
+    quota_reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -350,7 +375,8 @@ def advance(
 
     backlog = math.ceil(depth / policy.backlog_per_worker)
     backlog = min(max(backlog, policy.min_workers), policy.max_workers)
-    quota = gate.quota_workers(policy.service_s) if gate is not None else None
+    sized = gate.quota(policy.service_s, policy.overhead_s) if gate is not None else None
+    quota = sized.workers if sized is not None else None
     desired = backlog if quota is None else min(backlog, quota)
     desired = min(max(desired, policy.min_workers), policy.max_workers)
 
@@ -374,6 +400,7 @@ def advance(
         quota_workers=quota,
         bound=bound,
         free_streak=free_streak,
+        quota_reason=sized.reason if sized is not None else None,
     )
 
 

@@ -93,6 +93,7 @@ from tidegate.ops.vessel_demo import (
     Submission,
     VesselConfig,
     run_vessel_demo,
+    tos_pool,
 )
 from tidegate.redis_server import EmbeddedRedis
 from tidegate.sim import max_in_window
@@ -1369,7 +1370,7 @@ class _SlowDownstream(_Scenario):
                 and tos["responses_503"] == 0,
                 {"max_concurrent": chaos["tos_max_concurrent_seen"], "503": tos["responses_503"]},
                 f"<= {cfg.tos_connections}, 0 × 503",
-                f"{cfg.tos_workers or cfg.workers * 2} TOS processes, gate concurrency "
+                f"{tos_pool(cfg.vessel()).workers} TOS processes, gate concurrency "
                 f"{cfg.tos_connections}",
             ),
             _check(

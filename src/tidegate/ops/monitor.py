@@ -8,7 +8,9 @@ Each interval the monitor
 2. advances each queue's :class:`~tidegate.load.watermarks.LoadState` with the pure
    :func:`~tidegate.load.watermarks.advance` — level, intervals over the HWM,
    shedding latch, ``scale_out``/``hold``/``scale_in`` with a reason, and
-   ``desired_workers = min(backlog-based, quota-based)``;
+   ``desired_workers = min(backlog-based, quota-based)``, where quota-based counts
+   the workers the downstream's connections or rate can keep busy, with the reason
+   (:mod:`tidegate.load.sizing`: a worker waiting on a lease holds no connection);
 3. publishes the result on the :class:`~tidegate.load.watermarks.LoadBoard`, where
    producers read the shedding latch and ``/metrics`` reads everything;
 4. logs one ``queue_depth_sampled`` event per queue, plus ``scaling_signal_changed``
@@ -260,6 +262,7 @@ class Monitor:
             desired_workers=state.desired_workers,
             backlog_workers=state.backlog_workers,
             quota_workers=state.quota_workers,
+            quota_reason=state.quota_reason,
             gate=entry.gate.name if entry.gate else None,
             gate_wait_s=entry.gate.wait_s if entry.gate else None,
             quarantined=quarantined,

@@ -13,6 +13,12 @@ at t may reach the gateway late (a cold connection, a busy core) and land right 
 to the calls admitted after it; two spare tokens absorb 2/rate seconds of that. It
 costs nothing in sustained throughput.
 
+The TOS pool is sized around the TOS's connection cap, not equal to it: a worker
+waiting on a lease holds no connection, and between two calls each worker spends
+``tos_overhead_s`` on its ledger writes, ack and next fetch with no connection held,
+so the pool needs ``cap × (service + overhead) / service + 1`` processes
+(:func:`tidegate.load.sizing.connection_workers`) to keep every connection busy.
+
 The demo's intake refuses a document whose envelope is larger than
 ``VesselConfig.max_payload_bytes`` *before* it reaches the broker
 (:class:`PayloadTooLarge`, event ``intake_refused``) and counts it as
@@ -43,6 +49,7 @@ from tidegate.integrations.celery.sweep import track_publishes
 from tidegate.load import DeadLetterQueue, ParkingLot
 from tidegate.load.outstanding import Outstanding
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
+from tidegate.load.sizing import PoolSize, pool_size
 from tidegate.logging import get_logger
 from tidegate.ops import front_door
 from tidegate.ops.burst import vessel_burst
@@ -63,6 +70,7 @@ __all__ = [
     "pending_keys",
     "queue_depths",
     "run_vessel_demo",
+    "tos_pool",
 ]
 
 log = get_logger("tidegate.ops")
@@ -74,11 +82,18 @@ TASK_FOR_QUEUE = {"edi.customs": "edi.customs.submit", "edi.tos": "edi.tos.push"
 #: mistake (and the simulated downstreams refuse bodies above 1 MiB with 413 anyway).
 
 
+#: What one TOS task costs a worker outside the downstream call (ledger writes, ack,
+#: fetching the next message), seconds: measured from the busy share of a run with one
+#: worker per connection (BENCHMARKS.md, "The TOS's connections").
+TOS_OVERHEAD_S = 0.02
+
+
 @dataclass(frozen=True, slots=True)
 class VesselConfig:
     """The knobs of the scenario (the CLI's flags).
 
-    ``tos_workers`` defaults to twice ``workers``; ``app`` is the workers' ``-A``.
+    ``tos_workers`` defaults to what keeps the TOS's connections busy
+    (:func:`tos_pool`); ``app`` is the workers' ``-A``.
     """
 
     interchanges: int = 2000
@@ -91,6 +106,7 @@ class VesselConfig:
     timeout_s: float = 900.0
     max_wait_s: float = 10.0
     tos_workers: int | None = None
+    tos_overhead_s: float = TOS_OVERHEAD_S
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     app: str = "tidegate.ops.vessel_app"
     #: Post the burst to a real intake service (:mod:`tidegate.ops.front_door`) rather
@@ -198,7 +214,7 @@ def _downstream_report(stats: dict[str, Any], limit_per_s: float, limit: str) ->
     drain = (last - first) if first is not None and last is not None else 0.0
     calls = stats["distinct_keys"]
     ideal = calls / limit_per_s if limit_per_s else 0.0
-    return {
+    figures: dict[str, Any] = {
         "accepted": calls,
         "duplicates": stats["duplicates"],
         "responses_429": stats["responses_429"],
@@ -210,6 +226,10 @@ def _downstream_report(stats: dict[str, Any], limit_per_s: float, limit: str) ->
         "ideal_s": round(ideal, 3),
         "utilisation": round(ideal / drain, 3) if drain > 0 else None,
     }
+    if "busy_share" in stats:  # a connection-limited downstream's own service record
+        share = stats["busy_share"]
+        figures["busy_share"] = None if share is None else round(share, 3)
+    return figures
 
 
 @contextlib.contextmanager
@@ -352,7 +372,7 @@ def run_vessel_demo(
             env.update(disturbance.worker_env())
         pools = [
             Pool("customs", ["edi.customs"], concurrency=config.workers),
-            Pool("tos", ["edi.tos"], concurrency=config.tos_workers or config.workers * 2),
+            Pool("tos", ["edi.tos"], concurrency=tos_pool(config).workers),
         ]
         fleet = Fleet(config.app, pools, env=env, log_dir=log_dir)
         producer = Celery(broker=url)
@@ -412,11 +432,15 @@ def run_vessel_demo(
             "customs": _downstream_report(
                 c_full, config.customs_rate, f"{config.customs_rate:g}/s"
             ),
-            "tos": _downstream_report(
-                t_full,
-                config.tos_connections / config.tos_service_s,
-                f"{config.tos_connections} connections",
-            ),
+            "tos": {
+                **_downstream_report(
+                    t_full,
+                    config.tos_connections / config.tos_service_s,
+                    f"{config.tos_connections} connections",
+                ),
+                "pool_workers": tos_pool(config).workers,
+                "pool_reason": tos_pool(config).reason,
+            },
         },
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
     }
@@ -431,6 +455,20 @@ def run_vessel_demo(
     }
     cleanup_prefix(client, prefix)
     return report, samples
+
+
+def tos_pool(config: VesselConfig) -> PoolSize:
+    """The TOS pool's processes: ``tos_workers`` when given, else enough to keep every
+    TOS connection busy (the gate's TOS rate is far above what the connections allow,
+    so only the connections bind)."""
+    if config.tos_workers:
+        return PoolSize(config.tos_workers, "given", f"tos_workers = {config.tos_workers}")
+    return pool_size(
+        rate=0.0,
+        concurrency=config.tos_connections,
+        service_s=config.tos_service_s,
+        overhead_s=config.tos_overhead_s,
+    )
 
 
 def peak_by_process(samples: list[Sample]) -> dict[str, dict[str, float]]:

@@ -44,7 +44,7 @@ from tidegate.sim._customs import (
     TokenBucket,
 )
 from tidegate.sim._database import DatabaseSim
-from tidegate.sim._stats import bucket_counts, max_in_window
+from tidegate.sim._stats import bucket_counts, busy_share, max_in_window
 from tidegate.sim._tos import TosSim
 
 __all__ = [
@@ -68,5 +68,6 @@ __all__ = [
     "TosSim",
     "Verdict",
     "bucket_counts",
+    "busy_share",
     "max_in_window",
 ]

@@ -326,6 +326,8 @@ class SimServer(ABC):
         ``last_accept_ts`` (``time.time()`` floats or ``None``), ``max_accepted_1s``,
         ``accept_timeline`` (every accept instant, ``time.time()`` floats, in order),
         ``request_timeline`` (``[instant, status]`` of every write, refused ones too),
+        ``served`` / ``service_s_total`` (admitted writes whose service ended, and their
+        summed service time), ``service_timeline`` (``[start, end]`` of each),
         ``outage`` and ``fault`` (the active mode or ``None``), plus the sim's own
         settings and state (e.g. ``rate``, ``burst``, ``suspensions``).
         """
@@ -564,6 +566,7 @@ class SimServer(ABC):
                 self._in_flight -= 1
                 if admitted:
                     self._admitted_in_flight -= 1
+                    self._recorder.served(now, self._clock())
                     if commit_at_end:
                         assert key is not None
                         self._recorder.accepted(key, self._clock())

@@ -4,7 +4,10 @@ A sim records every *accepted* write with its ``Idempotency-Key`` and the instan
 was accepted, and counts every answer it gave by status. Duplicates (one key accepted
 twice) and losses (a key never accepted) are computed from the keys; "never above the
 real capacity" is checked with :func:`max_in_window` over the accept timeline, and a
-call-rate plot is :func:`bucket_counts` of the same timeline.
+call-rate plot is :func:`bucket_counts` of the same timeline. Each admitted write's
+service interval (when it started and when it ended) is kept too, so how busy a
+connection-limited downstream was is read from its own record (:func:`busy_share`),
+not inferred from the clients.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["StatsRecorder", "bucket_counts", "max_in_window"]
+__all__ = ["StatsRecorder", "bucket_counts", "busy_share", "max_in_window"]
 
 
 def max_in_window(timestamps: Sequence[float], window_s: float = 1.0) -> int:
@@ -73,6 +76,37 @@ def bucket_counts(
     return counts
 
 
+def busy_share(intervals: Sequence[tuple[float, float]], connections: int) -> float | None:
+    """How much of ``connections`` × the drain the downstream spent serving calls.
+
+    Args:
+        intervals: ``(start, end)`` of every served call, seconds, in any order.
+        connections: the calls the downstream serves at once (>= 1).
+
+    Returns:
+        The summed service time over ``connections × (last end − first start)``, in
+        [0, 1] when no more than ``connections`` overlap; ``None`` without a call of
+        non-zero length. The drain runs from the first call's start to the last call's
+        end, so idle connections before the first call and after the last do not count,
+        while every gap between calls does.
+
+    Example::
+
+        >>> busy_share([(0.0, 1.0), (0.0, 0.5), (0.6, 1.0)], 2)
+        0.95
+    """
+    if connections < 1:
+        raise ValueError(f"connections must be >= 1, got {connections!r}")
+    if not intervals:
+        return None
+    first = min(start for start, _ in intervals)
+    last = max(end for _, end in intervals)
+    if not last > first:
+        return None
+    busy = sum(end - start for start, end in intervals)
+    return busy / (connections * (last - first))
+
+
 class StatsRecorder:
     """The counters of one sim. Not thread-safe: the sim calls it under its own lock.
 
@@ -89,6 +123,7 @@ class StatsRecorder:
         "_requests",
         "_responses",
         "_seen",
+        "_service",
     )
 
     def __init__(self) -> None:
@@ -96,6 +131,7 @@ class StatsRecorder:
         self._seen: set[str] = set()
         self._accept_times: list[float] = []
         self._answers: list[tuple[float, int]] = []
+        self._service: list[tuple[float, float]] = []
         self._responses: Counter[int] = Counter()
         self._max_concurrent = 0
         self._requests = 0
@@ -107,6 +143,7 @@ class StatsRecorder:
         self._seen.clear()
         self._accept_times.clear()
         self._answers.clear()
+        self._service.clear()
         self._responses.clear()
         self._max_concurrent = in_flight
         self._requests = 0
@@ -130,6 +167,14 @@ class StatsRecorder:
         self._keys.append(key)
         self._accept_times.append(now)
         return duplicate
+
+    def served(self, start: float, end: float) -> None:
+        """An admitted write held its connection from ``start`` to ``end``."""
+        self._service.append((start, end))
+
+    def busy_share(self, connections: int) -> float | None:
+        """:func:`busy_share` of every write served since the last reset."""
+        return busy_share(self._service, connections)
 
     def lookup(self, key: str, *, count: bool = True) -> bool:
         """Count a status lookup; return whether ``key`` was ever accepted.
@@ -167,8 +212,13 @@ class StatsRecorder:
             "first_accept_ts": to_wall(times[0]) if times else None,
             "last_accept_ts": to_wall(times[-1]) if times else None,
             "max_accepted_1s": max_in_window(times, 1.0),
+            "served": len(self._service),
+            "service_s_total": round(sum(end - start for start, end in self._service), 6),
         }
         if timeline:
             snapshot["accept_timeline"] = [to_wall(t) for t in times]
             snapshot["request_timeline"] = [[to_wall(t), status] for t, status in self._answers]
+            snapshot["service_timeline"] = [
+                [to_wall(start), to_wall(end)] for start, end in self._service
+            ]
         return snapshot

@@ -124,4 +124,5 @@ class TosSim(SimServer):
             "service_s": self.service_s,
             "capacity": self.capacity,
             "max_in_service_seen": self._max_in_service,
+            "busy_share": self._recorder.busy_share(self.max_connections),
         }
