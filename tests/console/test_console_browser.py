@@ -89,7 +89,12 @@ def console_url(  # noqa: PLR0917 - pytest passes fixtures by name
     served = serve(
         redis_client,
         ConsoleConfig(
-            users=make_users(), prefix=prefix, gates=("customs",), publish=publish, refresh_s=0.5
+            users=make_users(),
+            prefix=prefix,
+            gates=("customs",),
+            publish=publish,
+            refresh_s=0.5,
+            history_every_s=0.5,
         ),
     )
     try:
@@ -250,18 +255,55 @@ def test_a_forged_post_from_another_site_is_refused(
     assert Gate(redis_client, "customs", prefix=prefix).state().paused_for_s == 0
 
 
+def test_the_chart_shows_admissions_against_the_limit(
+    as_operator: Page, console_url: str, redis_client: redis.Redis, prefix: str
+) -> None:
+    """Four calls through the customs gate while the page is open: the console's own
+    sampler sees the gate's schedule move, and the customs chart draws admitted/s above
+    zero, under a limit line at 2/s."""
+    page = as_operator
+    page.goto(console_url)
+    chart = page.locator('[data-chart-gate="customs"]')
+    expect(chart).to_contain_text("limit 2/s")
+    gate = Gate(redis_client, "customs", prefix=prefix)
+    for _ in range(4):
+        with gate.acquire():
+            pass
+    measured = chart.locator("polyline.line-measured")
+    expect(measured).to_have_count(1)
+    expect(chart.locator("polyline.line-limit")).to_have_count(1)
+
+    def highest_admitted() -> float:
+        points = measured.get_attribute("points") or ""
+        heights = [float(xy.split(",")[1]) for xy in points.split()]
+        return 80.0 - min(heights)  # SVG y grows downwards from the top of an 80-unit box
+
+    # The chart redraws every period; wait for a redraw whose line left the axis.
+    page.wait_for_function(
+        """() => {
+            const l = document.querySelector(
+                '[data-chart-gate="customs"] polyline.line-measured');
+            return l && l.getAttribute('points').split(' ')
+                .some(p => parseFloat(p.split(',')[1]) < 79.9); }"""
+    )
+    assert highest_admitted() > 0.1
+
+
 def test_page_weight_and_nothing_private_shown(as_operator: Page, console_url: str) -> None:
     """The page, its CSS and script and one round of live refreshes stay under 300 KB,
     and no payload, raw segment or B/L number is ever on it."""
     page = as_operator
     sizes: list[int] = []
     page.on("response", lambda response: sizes.append(len(response.body())))
-    with page.expect_response(f"{console_url}/live/held"):
+    with (
+        page.expect_response(f"{console_url}/live/held"),
+        page.expect_response(f"{console_url}/live/charts"),
+    ):
         page.goto(console_url)
     expect(page.locator("#dlq")).to_contain_text("timeout")
     html = page.content()
     assert sum(sizes) < MAX_PAGE_BYTES
-    assert len(sizes) >= 6  # page, CSS, script, three live views
+    assert len(sizes) >= 7  # page, CSS, script, four live views
     for secret in SECRETS:
         assert secret not in html
 

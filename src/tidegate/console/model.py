@@ -169,6 +169,8 @@ class LetterGroup:
     count: int
     oldest_age_s: float
     in_replay: int = 0
+    #: The queue the documents wait to go back to (quarantine only).
+    queue: str = ""
 
 
 def _class_of_letter(record: Mapping[str, Any]) -> str:
@@ -204,17 +206,19 @@ def letter_groups(
 def quarantine_groups(
     records: Mapping[bytes, bytes], since: Mapping[bytes, bytes], time_reply: Sequence[Any]
 ) -> list[LetterGroup]:
-    """Quarantined documents grouped by reason and document class, largest first."""
+    """Quarantined documents grouped by reason, document class and queue, largest first
+    (a class has one queue, so the queue only says where a replay sends them)."""
     now_ms = now_ms_of(time_reply)
-    groups: dict[tuple[str, str], list[float]] = {}
+    groups: dict[tuple[str, str, str], list[float]] = {}
     for key, raw in records.items():
         record = json.loads(raw)
-        group = groups.setdefault((str(record["reason"]), str(record["document_class"])), [0, 0.0])
+        what = (str(record["reason"]), str(record["document_class"]), str(record.get("queue", "")))
+        group = groups.setdefault(what, [0, 0.0])
         group[0] += 1
         group[1] = max(group[1], (now_ms - float(since.get(key, now_ms))) / 1000)
     return _sorted(
-        LetterGroup(reason, cls, int(n), max(0.0, age))
-        for (reason, cls), (n, age) in groups.items()
+        LetterGroup(reason, cls, int(n), max(0.0, age), queue=queue)
+        for (reason, cls, queue), (n, age) in groups.items()
     )
 
 

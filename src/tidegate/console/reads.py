@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import redis
 
 from tidegate._redis import map_redis_errors
+from tidegate.console.history import DEFAULT_KEEP_S, Point, points_from_ring
 from tidegate.console.model import (
     GateRow,
     LetterGroup,
@@ -25,11 +26,13 @@ from tidegate.console.model import (
     QueueRow,
     gate_rows,
     letter_groups,
+    now_ms_of,
     parked,
     quarantine_groups,
     queue_rows,
 )
-from tidegate.flow.backends.base import DEFAULT_PREFIX, GateKeys
+from tidegate.console.sampler import history_key, queue_board_key, queue_gate_commands
+from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.flow.gate import fleet_gate_names
 
 __all__ = ["DEFAULT_DISCOVER_EVERY_S", "RedisReads"]
@@ -77,12 +80,7 @@ class RedisReads:
         """Every gate in ``names``: rate, burst, tokens, pause, leases."""
         with map_redis_errors("console gates"):
             pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                keys = GateKeys.build(name, prefix=self.prefix)
-                pipe.hgetall(keys.config)
-                pipe.hgetall(keys.pause)
-                pipe.zcard(keys.leases)
-                pipe.get(keys.tat)
+            queue_gate_commands(pipe, names, self.prefix)
             pipe.time()
             replies = pipe.execute()
         return gate_rows(names, replies)
@@ -91,10 +89,19 @@ class RedisReads:
         """Every queue the monitor published: depth, watermarks, signal, workers."""
         with map_redis_errors("console queues"):
             pipe = self.client.pipeline(transaction=False)
-            pipe.hgetall(f"{self.prefix}:{{load}}:board")
+            pipe.hgetall(queue_board_key(self.prefix))
             pipe.time()
             board, now = pipe.execute()
         return queue_rows(board, now)
+
+    def history(self, *, keep_s: float = DEFAULT_KEEP_S) -> list[Point]:
+        """The charts' points of the last ``keep_s`` seconds, oldest first."""
+        with map_redis_errors("console history"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lrange(history_key(self.prefix), 0, -1)
+            pipe.time()
+            raws, now = pipe.execute()
+        return points_from_ring(raws, now_ms=now_ms_of(now), keep_s=keep_s)
 
     def held_back(self) -> tuple[list[LetterGroup], list[LetterGroup], Parked]:
         """Dead letters and quarantined documents by reason and class, and parked units.
