@@ -78,6 +78,8 @@ class ConsoleConfig:
             sampling and only shows what other consoles sample.
         discover_every_s: how often new gates are looked for.
         csrf_secret: fixed CSRF key (tests); random per process when ``None``.
+        gate_env: the gates' defaults (``TIDEGATE_<NAME>_{RATE,BURST,CONCURRENCY}``)
+            as the workers have them; this process's environment when ``None``.
     """
 
     users: Users
@@ -89,6 +91,7 @@ class ConsoleConfig:
     history_every_s: float = DEFAULT_SAMPLE_EVERY_S
     discover_every_s: float = DEFAULT_DISCOVER_EVERY_S
     csrf_secret: bytes | None = None
+    gate_env: Mapping[str, str] | None = None
 
 
 def _templates() -> jinja2.Environment:
@@ -152,7 +155,11 @@ def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
     """
     env = _templates()
     reads = RedisReads(
-        client, prefix=config.prefix, gates=config.gates, discover_every_s=config.discover_every_s
+        client,
+        prefix=config.prefix,
+        gates=config.gates,
+        discover_every_s=config.discover_every_s,
+        gate_env=config.gate_env,
     )
     actions = Actions(
         client,
@@ -166,7 +173,11 @@ def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
     charts = CachedCharts(reads, every_s=chart_every_s)
     sampler = (
         HistorySampler(
-            client, prefix=config.prefix, gates=reads.gate_names, every_s=config.history_every_s
+            client,
+            prefix=config.prefix,
+            gates=reads.gate_names,
+            every_s=config.history_every_s,
+            gate_env=config.gate_env,
         )
         if config.history_every_s > 0
         else None

@@ -166,7 +166,11 @@ def queue_series(points: Sequence[Point]) -> list[QueueSeries]:
 
 
 def point_from_replies(
-    names: Sequence[str], gate_replies: Sequence[Any], board: Mapping[bytes, bytes]
+    names: Sequence[str],
+    gate_replies: Sequence[Any],
+    board: Mapping[bytes, bytes],
+    *,
+    env: Mapping[str, str] | None = None,
 ) -> Point:
     """A point from the sampler's one round trip: the gates view's replies
     (``[config, pause, leases, tat] × names + [TIME]``, see
@@ -175,7 +179,7 @@ def point_from_replies(
     A queue whose board entry is stale (its monitor stopped) is left out: a chart
     must not draw a flat line of the last number as if it were live.
     """
-    rows = gate_rows(names, gate_replies)
+    rows = gate_rows(names, gate_replies, env=env)
     now_ms = now_ms_of(gate_replies[-1])
     gates = {}
     for index, row in enumerate(rows):

@@ -87,12 +87,16 @@ def now_ms_of(time_reply: Sequence[Any]) -> float:
     return int(seconds) * 1000 + int(micros) / 1000
 
 
-def gate_rows(names: Sequence[str], replies: Sequence[Any]) -> list[GateRow]:
+def gate_rows(
+    names: Sequence[str], replies: Sequence[Any], *, env: Mapping[str, str] | None = None
+) -> list[GateRow]:
     """Rows from ``[config, pause, leases, tat] × names + [TIME]``.
 
     The policy maths is the gate's own (:class:`~tidegate.flow.GateState`), fed with
     the same snapshot ``Gate.state()`` reads, so the page and ``tidegate gate show``
-    never disagree.
+    never disagree. A gate's defaults come from ``TIDEGATE_<NAME>_*`` in ``env`` (this
+    process's environment when ``None``): the workers' own defaults, which Redis does
+    not hold — only overrides live there.
     """
     now_ms = now_ms_of(replies[-1])
     rows = []
@@ -107,7 +111,7 @@ def gate_rows(names: Sequence[str], replies: Sequence[Any]) -> list[GateRow]:
             tat_ms=float(tat) if tat is not None else None,
             now_ms=now_ms,
         )
-        rows.append(GateRow.from_state(_state(name, gate_policy_from_env(name), snapshot)))
+        rows.append(GateRow.from_state(_state(name, gate_policy_from_env(name, env), snapshot)))
     return rows
 
 

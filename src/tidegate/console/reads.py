@@ -13,7 +13,7 @@ every ``discover_every_s`` (and the gates named at start are always shown).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import redis
 
@@ -50,6 +50,8 @@ class RedisReads:
         gates: gates always shown, whether or not the fleet holds state for them.
         discover_every_s: how often other gates are looked for (0: never).
         monotonic: the clock that spaces discoveries (tests pass their own).
+        gate_env: where the gates' defaults are read (``TIDEGATE_<NAME>_*``, as the
+            workers read them); this process's environment when ``None``.
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class RedisReads:
         gates: Sequence[str] = (),
         discover_every_s: float = DEFAULT_DISCOVER_EVERY_S,
         monotonic: Callable[[], float] = time.monotonic,
+        gate_env: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
         self.prefix = prefix
@@ -68,6 +71,7 @@ class RedisReads:
         self._discover_every_s = discover_every_s
         self._monotonic = monotonic
         self._next_discovery = float("-inf")
+        self.gate_env = gate_env
 
     def gate_names(self) -> list[str]:
         """The gates shown: those named at start and those found in the keyspace."""
@@ -83,7 +87,7 @@ class RedisReads:
             queue_gate_commands(pipe, names, self.prefix)
             pipe.time()
             replies = pipe.execute()
-        return gate_rows(names, replies)
+        return gate_rows(names, replies, env=self.gate_env)
 
     def queues(self) -> list[QueueRow]:
         """Every queue the monitor published: depth, watermarks, signal, workers."""

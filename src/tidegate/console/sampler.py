@@ -20,7 +20,7 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 import redis
@@ -66,6 +66,8 @@ class HistorySampler:
         gates: the gates to sample (the console's own list, discovered or named).
         every_s: the period, seconds.
         keep_s: the window the ring holds, seconds.
+        gate_env: where the gates' defaults are read (``TIDEGATE_<NAME>_*``); this
+            process's environment when ``None``.
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class HistorySampler:
         gates: Callable[[], Sequence[str]] = tuple,
         every_s: float = DEFAULT_SAMPLE_EVERY_S,
         keep_s: float = DEFAULT_KEEP_S,
+        gate_env: Mapping[str, str] | None = None,
     ) -> None:
         if not (math.isfinite(every_s) and every_s > 0):
             raise ConfigurationError(f"every_s must be a finite number > 0, got {every_s!r}")
@@ -89,6 +92,7 @@ class HistorySampler:
         self.capacity = math.ceil(keep_s / every_s) + 1
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._gates = gates
+        self._gate_env = gate_env
         self._ring = history_key(prefix)
         self._turn = f"{self._ring}:turn"
 
@@ -105,7 +109,9 @@ class HistorySampler:
             pipe.time()
             pipe.hgetall(queue_board_key(self.prefix))
             *replies, board = pipe.execute()
-            point = point_from_replies(names, replies, cast("dict[bytes, bytes]", board))
+            point = point_from_replies(
+                names, replies, cast("dict[bytes, bytes]", board), env=self._gate_env
+            )
             pipe = self.client.pipeline(transaction=False)
             pipe.lpush(self._ring, point.to_json())
             pipe.ltrim(self._ring, 0, self.capacity - 1)
