@@ -11,6 +11,7 @@ Set ``TIDEGATE_CONSOLE_SCREENSHOTS=<dir>`` to keep the desktop and phone screens
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +24,10 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from tidegate.console import ConsoleConfig, Users
 from tidegate.console.access import Role
+from tidegate.console.history import Point
 from tidegate.console.publish import celery_publisher
+from tidegate.console.quarantine_replay import celery_quarantine_replayer
+from tidegate.console.sampler import history_key
 from tidegate.flow import Gate
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.depth import QueueDepth
@@ -86,6 +90,7 @@ def console_url(  # noqa: PLR0917 - pytest passes fixtures by name
         )
     )
     publish, close = celery_publisher(redis_url)
+    release, close_release = celery_quarantine_replayer(redis_client, redis_url, prefix=prefix)
     served = serve(
         redis_client,
         ConsoleConfig(
@@ -93,14 +98,17 @@ def console_url(  # noqa: PLR0917 - pytest passes fixtures by name
             prefix=prefix,
             gates=("customs",),
             publish=publish,
+            replay_quarantine=release,
             refresh_s=0.5,
             history_every_s=0.5,
+            discover_every_s=0.2,
         ),
     )
     try:
         yield served.url
     finally:
         close()
+        close_release()
 
 
 def _context(browser: Any, user: User, **options: Any) -> BrowserContext:
@@ -352,6 +360,32 @@ def _busy_port(client: redis.Redis, prefix: str) -> None:
             task="bulk.documents.store",
         )
     )
+    _vessel_history(client, prefix, now)
+
+
+def _vessel_history(client: redis.Redis, prefix: str, now_ms: float) -> None:
+    """Fifteen minutes of a vessel working, in the charts' ring: customs admitted just
+    under its 2/s, the terminal's gate busy until its pause, the customs backlog
+    climbing over its high mark and the terminal queue calm."""
+    points, tat = [], {"customs": now_ms - 900_000.0, "tos": now_ms - 900_000.0}
+    step = 5000.0
+    for i in range(180):
+        t = now_ms - 900_000 + i * step
+        admitted = {"customs": 1.9 + 0.1 * math.sin(i / 5), "tos": 4.0 if i < 132 else 0.0}
+        rates = {"customs": 2.0, "tos": 5.0}
+        if i:
+            for name, last in tat.items():
+                start = max(last, t - step)
+                tat[name] = start + admitted[name] * step / rates[name]
+        depth = min(1900, 40 + i * 14) if i < 150 else 1900 - (i - 150) * 5 // 3
+        points.append(
+            Point(
+                t,
+                {name: (tat[name], rates[name], 4 if name == "customs" else 10) for name in tat},
+                {"edi.customs": (depth, 1500, 300), "edi.tos": (40 + i % 7, 1000, 200)},
+            )
+        )
+    client.lpush(history_key(prefix), *[p.to_json() for p in points])
 
 
 @pytest.mark.parametrize(
@@ -376,9 +410,19 @@ def test_fits_a_phone_and_a_desktop(  # noqa: PLR0917 - pytest passes fixtures b
         page = context.new_page()
         page.goto(console_url)
         expect(page.locator("#dlq")).to_be_visible()
+        expect(page.locator('[data-gate="tos"] [data-field="pause"]')).to_contain_text("Paused")
         expect(page.locator('#parked [data-field="parked"]')).to_have_text("3")
+        expect(
+            page.locator('[data-chart-queue="edi.customs"] polyline.line-measured')
+        ).to_have_count(1)
         width = page.evaluate("document.documentElement.scrollWidth")
-        assert width <= viewport["width"]
+        wide = page.evaluate(
+            """(w) => Array.from(document.querySelectorAll('*'))
+                .filter(e => e.getBoundingClientRect().right > w)
+                .map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 8)""",
+            viewport["width"],
+        )
+        assert width <= viewport["width"], wide
         folder = Path(os.environ.get("TIDEGATE_CONSOLE_SCREENSHOTS") or tmp_path)
         shot = folder / f"console-{name}.png"
         page.screenshot(path=str(shot), full_page=True)
