@@ -3,6 +3,8 @@ SVG (pure), and the cost of keeping and reading the history."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
 
@@ -183,3 +185,44 @@ def test_many_browsers_one_read_per_half_period() -> None:
     now[0] = 2.6
     charts()
     assert reads.calls == 2
+
+
+def test_a_level_line_is_two_points_and_coordinates_are_whole() -> None:
+    """A limit that never changed over 180 samples is drawn with its two ends; a measured
+    line keeps every change — and no coordinate carries decimals (page weight)."""
+    flat = [(T0 + i * 5000, 10.0) for i in range(180)]
+    moving = [(T0 + i * 5000, float(i % 7)) for i in range(180)]
+    svg = str(
+        line_chart(
+            [Line(flat, "limit"), Line(moving, "measured")],
+            t0_ms=T0,
+            t1_ms=T0 + 179 * 5000,
+            title="t",
+        )
+    )
+    limit, measured = (
+        part.split('points="')[1].split('"')[0] for part in svg.split("<polyline")[1:]
+    )
+    assert limit.split() == ["0,18", "300,18"]  # 10 of a 0–11 scale over 68 units
+    assert len(measured.split()) > 100
+    assert "." not in limit + measured
+
+
+@pytest.mark.redis
+def test_a_sampler_that_loses_its_turn_costs_one_round_trip(
+    counting_client: redis.Redis, round_trips: Any, prefix: str
+) -> None:
+    """The console that samples sends three round trips (its turn, one read pipeline, one
+    write pipeline); every other console in that period sends one: its refused turn."""
+    names = ["customs", "tos", "docstore"]
+    first, second = (
+        HistorySampler(counting_client, prefix=prefix, gates=lambda: names, every_s=60)
+        for _ in range(2)
+    )
+    counting_client.ping()
+    round_trips.reset()
+    assert first.tick() is not None
+    assert len(round_trips) == 3
+    round_trips.reset()
+    assert second.tick() is None
+    assert len(round_trips) == 1

@@ -35,6 +35,22 @@ def _fmt(value: float) -> str:
     return f"{value:.1f}"
 
 
+def _simplified(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The points on whole SVG units, without those that change nothing: a repeat of the
+    previous point, or the middle of a level run. A limit or a watermark is then two
+    points, and a chart of 180 samples stays a few hundred bytes (the page must weigh
+    under 300 KB with dozens of gates, refreshed by every open browser)."""
+    out: list[tuple[int, int]] = []
+    for point in points:
+        if out and point == out[-1]:
+            continue
+        if len(out) >= 2 and out[-2][1] == out[-1][1] == point[1]:
+            out[-1] = point
+            continue
+        out.append(point)
+    return out
+
+
 def line_chart(lines: Sequence[Line], *, t0_ms: float, t1_ms: float, title: str) -> Markup:
     """An SVG of ``lines`` over ``[t0_ms, t1_ms]``, the y axis from 0 to the largest value.
 
@@ -47,10 +63,10 @@ def line_chart(lines: Sequence[Line], *, t0_ms: float, t1_ms: float, title: str)
     scale = top * 1.1 if top > 0 else 1.0
     span = max(1.0, t1_ms - t0_ms)
 
-    def xy(t: float, v: float) -> str:
+    def xy(t: float, v: float) -> tuple[int, int]:
         x = (t - t0_ms) / span * WIDTH
         y = HEIGHT - v / scale * (HEIGHT - _TOP)
-        return f"{max(0.0, min(WIDTH, x)):.1f},{y:.1f}"
+        return round(max(0.0, min(WIDTH, x))), round(y)
 
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH:g} {HEIGHT:g}" role="img"'
@@ -60,12 +76,13 @@ def line_chart(lines: Sequence[Line], *, t0_ms: float, t1_ms: float, title: str)
     for line in lines:
         if not line.points:
             continue
-        drawn = " ".join(xy(t, v) for t, v in line.points)
-        if len(line.points) == 1:  # one point is a dot, not an invisible line
-            x, y = drawn.split(",")
-            parts.append(f'<circle class="line-{escape(line.kind)}" r="2" cx="{x}" cy="{y}"/>')
+        drawn = _simplified([xy(t, v) for t, v in line.points])
+        if len(drawn) == 1:  # one point is a dot, not an invisible line
+            (x, y), kind = drawn[0], escape(line.kind)
+            parts.append(f'<circle class="line-{kind}" r="2" cx="{x}" cy="{y}"/>')
         else:
-            parts.append(f'<polyline class="line-{escape(line.kind)}" points="{drawn}"/>')
+            points = " ".join(f"{x},{y}" for x, y in drawn)
+            parts.append(f'<polyline class="line-{escape(line.kind)}" points="{points}"/>')
     parts.append(f'<text class="scale" x="2" y="10">{_fmt(top)}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))  # noqa: S704 - every interpolated value is escaped or a number
