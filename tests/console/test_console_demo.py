@@ -110,3 +110,16 @@ def test_demo_console_shows_the_burst_moving(demo: tuple[Demo, Path], browser: A
     assert "chaos" not in report
     with pytest.raises(httpx.TransportError):
         httpx.get(url, timeout=5)  # closed with the run
+
+
+@pytest.mark.parametrize("scenario", ["bulk", "overload", "gate"])
+def test_console_is_refused_where_it_would_do_nothing(scenario: str) -> None:
+    """Only the vessel burst carries a console: elsewhere --console is a usage error,
+    before anything starts."""
+    from click.testing import CliRunner
+
+    from tidegate.cli import cli
+
+    result = CliRunner().invoke(cli, ["demo", "--scenario", scenario, "--console"])
+    assert result.exit_code == 2
+    assert "--console does not apply" in result.output
