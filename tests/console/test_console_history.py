@@ -29,10 +29,13 @@ T0 = 1_800_000_000_000.0
 
 def test_admitted_per_second_is_read_off_the_gates_schedule() -> None:
     """A busy gate at 10/s: its TAT moved 5 s of slots in 5 s — 10 admitted per second.
-    A gate whose TAT stayed behind the clock admitted nothing."""
+    A gate idle at the first look counts only the slots reserved beyond the second, so
+    one call after a quiet spell never reads as the limit."""
     assert admitted_per_s((T0 + 300, T0), (T0 + 5300, T0 + 5000), 10.0) == pytest.approx(10.0)
-    # Idle before: only the slots after the first look count, from the clock, not the TAT.
-    assert admitted_per_s((T0 - 9000, T0), (T0 + 1000, T0 + 5000), 10.0) == pytest.approx(2.0)
+    # Idle at the first look; 10 slots reserved beyond the second: 2 per second.
+    assert admitted_per_s((T0 - 9000, T0), (T0 + 6000, T0 + 5000), 10.0) == pytest.approx(2.0)
+    # One call at T0 + 4 s into an idle gate: its slot ended before the second look.
+    assert admitted_per_s((None, T0), (T0 + 4100, T0 + 5000), 10.0) == 0.0
     assert admitted_per_s((T0 - 9000, T0), (T0 - 9000, T0 + 5000), 10.0) == 0.0
     assert admitted_per_s((None, T0), (None, T0 + 5000), 10.0) == 0.0
     assert admitted_per_s((None, T0), (T0 + 500, T0 + 5000), 0.0) is None

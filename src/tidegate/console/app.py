@@ -32,7 +32,7 @@ from tidegate.console.chart_view import CachedCharts
 from tidegate.console.csrf import CsrfTokens
 from tidegate.console.errors import BadAction, ConsoleError, CsrfRefused, Unauthenticated
 from tidegate.console.labels import downstream_label, duration_label, queue_label
-from tidegate.console.reads import DEFAULT_DISCOVER_EVERY_S, RedisReads
+from tidegate.console.reads import DEFAULT_DISCOVER_EVERY_S, ConsoleReads, RedisReads
 from tidegate.console.sampler import DEFAULT_SAMPLE_EVERY_S, HistorySampler
 from tidegate.errors import BackendError
 from tidegate.logging import get_logger
@@ -146,21 +146,27 @@ async def _form(request: Request) -> dict[str, str]:
     return dict(pairs)
 
 
-def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
+def create_app(
+    client: redis.Redis, config: ConsoleConfig, *, reads: ConsoleReads | None = None
+) -> Starlette:
     """The console application over ``client``.
 
     Args:
         client: a sync Redis client (reads and actions go through it).
         config: see :class:`ConsoleConfig`.
+        reads: what the views read instead of ``client`` (a
+            :class:`~tidegate.console.memory.MemoryReads` in tests); actions and the
+            charts' sampler still use ``client``.
     """
     env = _templates()
-    reads = RedisReads(
-        client,
-        prefix=config.prefix,
-        gates=config.gates,
-        discover_every_s=config.discover_every_s,
-        gate_env=config.gate_env,
-    )
+    if reads is None:
+        reads = RedisReads(
+            client,
+            prefix=config.prefix,
+            gates=config.gates,
+            discover_every_s=config.discover_every_s,
+            gate_env=config.gate_env,
+        )
     actions = Actions(
         client,
         prefix=config.prefix,

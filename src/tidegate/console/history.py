@@ -10,10 +10,15 @@ one instant, stored as compact JSON in a bounded Redis list::
 Admissions per second are not counted anywhere in the gate (its hot path stays three
 Redis calls), so they are read off the gate's own schedule: every admission moves the
 GCRA theoretical arrival time (TAT) on by ``1000 / rate`` ms, from ``max(TAT, now)``.
-Between two points, ``(TAT₂ − max(TAT₁, t₁)) / (1000 / rate)`` is therefore exactly
-the tokens admitted while the gate stayed busy (its TAT ahead of the clock — the case
-a burst is about), and a lower bound when traffic was so sparse that the TAT fell
-behind the clock in between.
+Between two looks at ``t₁`` and ``t₂``:
+
+- busy at the first look (``TAT₁ ≥ t₁``): ``(TAT₂ − TAT₁) / (1000 / rate)`` admissions —
+  exact while the gate stays busy, as it does through a burst; if traffic stopped and
+  started again within the period, the gap counts as admissions (high by at most the
+  gap × rate);
+- idle at the first look: only the slots reserved beyond the second look are certain,
+  ``(TAT₂ − t₂) / (1000 / rate)`` — low at the start of a busy spell (the next period is
+  exact again) and near zero for sparse traffic, never the limit by mistake.
 """
 
 from __future__ import annotations
@@ -92,7 +97,8 @@ def points_from_ring(raws: Sequence[bytes | str], *, now_ms: float, keep_s: floa
 def admitted_per_s(
     before: tuple[float | None, float], after: tuple[float | None, float], rate: float
 ) -> float | None:
-    """Admissions per second between two ``(tat_ms, t_ms)`` looks at one gate.
+    """Admissions per second between two ``(tat_ms, t_ms)`` looks at one gate (see the
+    module docstring for when it is exact).
 
     ``None`` when the gate has no rate (its TAT does not move) or no time passed.
     """
@@ -101,7 +107,7 @@ def admitted_per_s(
         return None
     if tat2 is None:  # the TAT key expired: the bucket refilled, nothing moved it lately
         return 0.0
-    start = t1 if tat1 is None else max(tat1, t1)
+    start = tat1 if tat1 is not None and tat1 >= t1 else t2
     tokens = max(0.0, tat2 - start) / (1000.0 / rate)
     return tokens / ((t2 - t1) / 1000.0)
 

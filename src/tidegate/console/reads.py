@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import redis
 
@@ -35,10 +36,25 @@ from tidegate.console.sampler import history_key, queue_board_key, queue_gate_co
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.flow.gate import fleet_gate_names
 
-__all__ = ["DEFAULT_DISCOVER_EVERY_S", "RedisReads"]
+__all__ = ["DEFAULT_DISCOVER_EVERY_S", "ConsoleReads", "RedisReads"]
 
 #: How often the set of gates is looked for again (a SCAN of the keyspace), seconds.
 DEFAULT_DISCOVER_EVERY_S = 15.0
+
+
+class ConsoleReads(Protocol):
+    """What the views read: :class:`RedisReads` for a fleet,
+    :class:`~tidegate.console.memory.MemoryReads` for tests without Redis."""
+
+    def gate_names(self) -> list[str]: ...
+
+    def gates(self, names: Sequence[str]) -> list[GateRow]: ...
+
+    def queues(self) -> list[QueueRow]: ...
+
+    def held_back(self) -> tuple[list[LetterGroup], list[LetterGroup], Parked]: ...
+
+    def history(self, *, keep_s: float = ...) -> list[Point]: ...
 
 
 class RedisReads:
