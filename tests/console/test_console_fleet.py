@@ -152,22 +152,23 @@ def page(browser: Any, operator: tuple[str, Role, str]) -> Iterator[Page]:
 def test_pause_from_the_page_stops_the_workers_calling_the_gateway(
     port: Port, console: str, page: Page
 ) -> None:
-    """40 filings flow at 5/s; the operator pauses the customs gateway from the page.
+    """100 filings flow at 5/s; the operator pauses the customs gateway from the page.
     On the gateway's own record: once the calls already admitted have landed (at most
     one per worker, up to the longest wait in place later), no call arrives for the
     rest of the pause — and when it ends by itself, every filing is delivered once."""
-    documents = port.customs_documents(40)
-    for _, envelope, _ in documents:
-        port.producer.send_task("edi.customs.submit", args=[envelope], queue="edi.customs")
     page.goto(console)
     expect(page.locator('[data-gate="customs"] [data-field="rate"]')).to_have_text("5 /s")
-    port.wait_for(lambda: port.accepted() >= 3)
-
     form = page.locator("#form-pause")
-    form.locator('input[name="seconds"]').fill("10")
+    form.locator('input[name="seconds"]').fill("20")
     form.locator('input[name="reason"]').fill("gateway maintenance")
     form.locator("button").click()
-    page.locator("#confirm button").click()
+    confirm = page.locator("#confirm button")
+    expect(confirm).to_be_visible()  # the pause is one click away before anything flows
+    documents = port.customs_documents(100)
+    for _, envelope, _ in documents:
+        port.producer.send_task("edi.customs.submit", args=[envelope], queue="edi.customs")
+    port.wait_for(lambda: port.accepted() >= 3)
+    confirm.click()
     expect(page.locator("#outcome")).to_contain_text("paused for")
     paused_at = time.time()
     at_pause = port.accepted()
@@ -181,7 +182,7 @@ def test_pause_from_the_page_stops_the_workers_calling_the_gateway(
     assert stats["distinct_keys"] - at_pause <= WORKERS
     assert stats["distinct_keys"] < len(documents)  # work was waiting all along
 
-    port.wait_for(lambda: port.accepted() == len(documents), timeout_s=90)
+    port.wait_for(lambda: port.accepted() == len(documents), timeout_s=180)
     assert port.customs.stats(timeline=False)["duplicates"] == 0
     assert Gate(port.client, "customs", prefix=port.prefix).state().paused_for_s == 0
 
