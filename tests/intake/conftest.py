@@ -8,18 +8,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from celery import Celery
 
 from tidegate.edi import DEFAULT_ROUTES, Route, iso6346_check_digit
+from tidegate.errors import ConfigurationError
 from tidegate.load.admission import Admission, CelerySender
 from tidegate.load.depth import RedisDepthProbe
 from tidegate.load.quarantine import Quarantine
 from tidegate.load.watermarks import Watermarks, WatermarkStore
+from tidegate.redis_server import EmbeddedRedis
 
 
 def _container(serial: int) -> str:
@@ -143,3 +153,128 @@ def admission(
         board=None,
         interval_s=1e-9,
     )
+
+
+@dataclasses.dataclass
+class ServedIntake:
+    """A ``tidegate intake serve`` process on loopback and the Redis it uses."""
+
+    url: str
+    redis_url: str
+    process: subprocess.Popen[bytes]
+    stderr: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def serve_intake(
+    redis_url: str,
+    log_dir: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 30.0,
+    ready: bool = True,
+) -> ServedIntake:
+    """Start ``tidegate intake serve --allow-anonymous`` on ``redis_url``; wait for /healthz
+    (unless not ``ready``: a process meant to die may do so before it answers)."""
+    port = free_port()
+    executable = shutil.which("tidegate", path=os.path.dirname(sys.executable))
+    assert executable is not None
+    stderr = log_dir / f"intake-{port}.log"
+    with stderr.open("wb") as err:
+        process = subprocess.Popen(
+            [
+                executable,
+                "--log-level",
+                "INFO",
+                "intake",
+                "serve",
+                "--port",
+                str(port),
+                "--redis-url",
+                redis_url,
+                "--allow-anonymous",
+                *args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, **(env or {})},
+        )
+    url = f"http://127.0.0.1:{port}"
+    if not ready:
+        return ServedIntake(url, redis_url, process, stderr)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None:
+            raise AssertionError(
+                f"the intake exited with {process.returncode}: {stderr.read_text()}"
+            )
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                return ServedIntake(url, redis_url, process, stderr)
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the intake did not answer within {timeout_s}s")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def own_redis() -> Iterator[str]:
+    """A Redis of the test's own: a served intake uses the real queue names."""
+    try:
+        store = EmbeddedRedis().start()
+    except ConfigurationError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no Redis: {exc}")
+    try:
+        yield store.url
+    finally:
+        store.stop()
+
+
+@pytest.fixture
+def intake_server(tmp_path: Path) -> Iterator[Any]:
+    """``serve_intake`` bound to this test's log folder; every server is stopped after."""
+    started: list[ServedIntake] = []
+
+    def start(
+        redis_url: str, *args: str, env: dict[str, str] | None = None, ready: bool = True
+    ) -> ServedIntake:
+        served = serve_intake(redis_url, tmp_path, *args, env=env, ready=ready)
+        started.append(served)
+        return served
+
+    try:
+        yield start
+    finally:
+        for served in started:
+            served.stop()
+
+
+def wait_until(predicate: Any, timeout_s: float, what: str) -> None:
+    """Poll a real condition every 0.1 s (not a sleep standing in for one)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s}s: {what}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def until() -> Any:
+    """:func:`wait_until`, for tests (conftest is not importable under importlib mode)."""
+    return wait_until

@@ -1,16 +1,19 @@
 """``tidegate intake serve``: the HTTP front door for senders' interchanges.
 
 Senders ``POST /interchanges`` with the raw EDIFACT as the body and get the CONTRL and a
-JSON summary back; see :mod:`tidegate.intake` for what is acknowledged when. Units go
-to the Celery broker (``--broker-url``, default the Redis URL) with the task of their
-queue (``--task QUEUE=TASK``); the duplicate window, watermarks and quarantine live in
-tidegate's Redis under ``--prefix``.
+JSON summary back, or drop files into their folder under ``--watch``; see
+:mod:`tidegate.intake` for what is acknowledged when. Units go to the Celery broker
+(``--broker-url``, default the Redis URL) with the task of their queue (``--task
+QUEUE=TASK``); the duplicate window, watermarks and quarantine live in tidegate's Redis
+under ``--prefix``. ``TIDEGATE_INTAKE_FAULT`` (crash tests only) names a point where the
+process kills itself: see :mod:`tidegate.intake.faults`.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +26,9 @@ from tidegate.cli._common import (
 from tidegate.cli.monitor import broker_url_option, resolve_broker
 from tidegate.errors import TidegateError
 from tidegate.logging import get_logger
+
+if TYPE_CHECKING:
+    from tidegate.load.admission import Admission
 
 __all__ = ["DEFAULT_TASKS", "intake"]
 
@@ -39,14 +45,43 @@ DEFAULT_TASKS: dict[str, str] = {
 _DAY_MS = 24 * 3600 * 1000
 
 
-def _tasks(values: tuple[str, ...]) -> dict[str, str]:
-    tasks = dict(DEFAULT_TASKS)
+def _tasks(values: tuple[str, ...], *, engine: str = "celery") -> dict[str, str]:
+    # RQ runs the user's job functions: there is no default to fall back on.
+    tasks = dict(DEFAULT_TASKS) if engine == "celery" else {}
     for value in values:
         queue, _, task = value.partition("=")
         if not queue.strip() or not task.strip():
             raise click.BadParameter(f"expected QUEUE=TASK, got {value!r}", param_hint="--task")
         tasks[queue.strip()] = task.strip()
+    if engine == "rq":
+        missing = sorted(set(DEFAULT_TASKS) - set(tasks))
+        if missing:
+            raise click.UsageError(
+                "--engine rq needs --task QUEUE=module.function for every routed queue; "
+                f"missing: {', '.join(missing)}"
+            )
     return tasks
+
+
+def _admission(
+    engine: str, broker: str, tasks: dict[str, str], client: Any, prefix: str
+) -> Admission:
+    """The admission publishing to the chosen engine's queues (a Redis reply each)."""
+    if engine == "rq":
+        from tidegate._redis import client_from_url
+        from tidegate.integrations.rq import rq_admission
+
+        if not broker.startswith(("redis://", "rediss://", "unix://")):
+            scheme = broker.partition(":")[0]
+            raise TidegateCLIError(f"--engine rq needs a Redis broker, got {scheme}")
+        return rq_admission(client_from_url(broker), tasks, client=client, prefix=prefix)
+    from celery import Celery
+
+    from tidegate.load.admission import Admission
+
+    return Admission.for_celery(
+        Celery("tidegate-intake", broker=broker), tasks, client=client, prefix=prefix
+    )
 
 
 @click.group()
@@ -69,6 +104,14 @@ def intake() -> None:
     help="The Celery task of a queue's units (repeatable). Default: "
     + ", ".join(f"{q}={t}" for q, t in DEFAULT_TASKS.items())
     + ".",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["celery", "rq"]),
+    default="celery",
+    show_default=True,
+    help="Publish units as Celery tasks, or as RQ jobs (then --task names each queue's "
+    "job function).",
 )
 @click.option(
     "--keys-file",
@@ -105,6 +148,21 @@ def intake() -> None:
     help="How long a sender id + control reference is remembered; a repeat is answered 409.",
 )
 @click.option(
+    "--watch",
+    "watch",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Also take files from this drop folder: one sub-folder per sender id "
+    "(see the README's convention for writing files).",
+)
+@click.option(
+    "--watch-poll",
+    type=FiniteFloat(min=0.05, max=3600),
+    default=1.0,
+    show_default=True,
+    help="Seconds between two looks at the drop folders.",
+)
+@click.option(
     "--retry-after",
     type=click.IntRange(1, 3600),
     default=30,
@@ -118,27 +176,30 @@ def serve(
     prefix: str,
     broker_url: str | None,
     tasks: tuple[str, ...],
+    engine: str,
     keys_file: Path | None,
     allow_anonymous: bool,
     max_body_bytes: int,
     read_timeout: float,
     duplicate_window_days: float,
+    watch: Path | None,
+    watch_poll: float,
     retry_after: int,
 ) -> None:
-    """Serve POST /interchanges until interrupted."""
+    """Serve POST /interchanges (and the --watch drop folder) until interrupted."""
     try:
         import uvicorn
-        from celery import Celery
 
         from tidegate.intake import (
             AdmissionPublisher,
             ApiKeys,
+            FaultPoint,
+            FolderWatcher,
             IntakePipeline,
             Limits,
             RedisDuplicates,
             create_app,
         )
-        from tidegate.load.admission import Admission
     except ImportError as exc:
         raise TidegateCLIError(
             f"{exc}: `tidegate intake serve` needs the intake extra "
@@ -148,23 +209,28 @@ def serve(
         raise click.UsageError("pass --keys-file (API keys), or --allow-anonymous")
     if keys_file is not None and allow_anonymous:
         raise click.UsageError("--keys-file and --allow-anonymous exclude each other")
-    queue_tasks = _tasks(tasks)
+    queue_tasks = _tasks(tasks, engine=engine)
     try:
         keys = ApiKeys.from_file(keys_file) if keys_file is not None else None
+        fault = FaultPoint.from_env()
     except TidegateError as exc:
         raise TidegateCLIError(str(exc)) from None
     broker = resolve_broker(redis_url, broker_url)
     with redis_client(redis_url) as client:
         try:
-            admission = Admission.for_celery(
-                Celery("tidegate-intake", broker=broker), queue_tasks, client=client, prefix=prefix
-            )
+            admission = _admission(engine, broker, queue_tasks, client, prefix)
             pipeline = IntakePipeline(
                 duplicates=RedisDuplicates(
                     client, prefix=prefix, window_ms=max(1, round(duplicate_window_days * _DAY_MS))
                 ),
                 publisher=AdmissionPublisher(admission),
                 retry_after_s=retry_after,
+                fault=fault,
+            )
+            watcher = (
+                FolderWatcher(watch, pipeline, poll_s=watch_poll, max_file_bytes=max_body_bytes)
+                if watch is not None
+                else None
             )
             app = create_app(
                 pipeline,
@@ -183,6 +249,15 @@ def serve(
                 err=True,
             )
             log.warning("intake_anonymous", host=host, port=port)
+        if fault.point is not None:
+            click.secho(
+                f"WARNING: fault point {fault.point!r} set: this process kills itself there "
+                "(crash tests only).",
+                fg="red",
+                bold=True,
+                err=True,
+            )
+            log.warning("intake_fault_point", point=fault.point)
         options: dict[str, Any] = {"log_config": None, "access_log": False}
         log.info(
             "intake_started",
@@ -192,6 +267,20 @@ def serve(
             clients=len(keys) if keys is not None else 0,
             anonymous=allow_anonymous,
             queues=sorted(queue_tasks),
+            engine=engine,
             max_body_bytes=max_body_bytes,
+            watch=str(watch) if watch is not None else None,
         )
-        uvicorn.run(app, host=host, port=port, **options)
+        stop = threading.Event()
+        thread = None
+        if watcher is not None:
+            thread = threading.Thread(
+                target=watcher.run, args=(stop,), name="intake-watcher", daemon=True
+            )
+            thread.start()
+        try:
+            uvicorn.run(app, host=host, port=port, **options)
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join(timeout=max(5.0, 2 * watch_poll))

@@ -5,7 +5,10 @@ read by :mod:`tidegate.edi`) → :mod:`~tidegate.intake.duplicates` (claimed in 
 duplicate window) → :mod:`~tidegate.intake.decision` (the pure answer: CONTRL,
 status, units) → :mod:`~tidegate.intake.publisher` (the admission puts every unit on
 the broker) → the record and the answer (:mod:`~tidegate.intake.pipeline`). The
-HTTP layer (:mod:`~tidegate.intake.app`) only authenticates and bounds the upload.
+HTTP layer (:mod:`~tidegate.intake.app`) only authenticates and bounds the upload; the
+drop-folder watcher (:mod:`~tidegate.intake.watcher`, its rules in
+:mod:`~tidegate.intake.folder`) feeds files from one folder per sender to the same
+pipeline.
 
 The Starlette application needs the ``intake`` extra (``pip install tidegate[intake]``);
 everything else here runs without it.
@@ -33,16 +36,20 @@ from tidegate.intake.errors import (
     Unauthenticated,
     UploadTimedOut,
 )
+from tidegate.intake.faults import FAULT_ENV, FaultPoint
+from tidegate.intake.folder import SenderPauses, StableFiles, is_ignored
 from tidegate.intake.pipeline import DEFAULT_RETRY_AFTER_S, IntakePipeline
 from tidegate.intake.publisher import AdmissionPublisher, MemoryPublisher, Publisher
 from tidegate.intake.reading import InterchangeHeader, Reading, ReadMessage, read_interchange
 from tidegate.intake.redis_duplicates import RedisDuplicates
+from tidegate.intake.watcher import FolderWatcher, Handled
 
 __all__ = [
     "ANONYMOUS",
     "DEFAULT_LEASE_MS",
     "DEFAULT_RETRY_AFTER_S",
     "DEFAULT_WINDOW_MS",
+    "FAULT_ENV",
     "AdmissionPublisher",
     "ApiKeys",
     "BodyTooLarge",
@@ -51,6 +58,9 @@ __all__ = [
     "Client",
     "Decision",
     "DuplicateStore",
+    "FaultPoint",
+    "FolderWatcher",
+    "Handled",
     "IntakeError",
     "IntakePipeline",
     "InterchangeHeader",
@@ -63,6 +73,8 @@ __all__ = [
     "Reading",
     "RedisDuplicates",
     "SenderNotPermitted",
+    "SenderPauses",
+    "StableFiles",
     "Status",
     "UnacceptableInterchange",
     "Unauthenticated",
@@ -70,6 +82,7 @@ __all__ = [
     "create_app",
     "decide",
     "hash_key",
+    "is_ignored",
     "read_interchange",
 ]
 

@@ -8,7 +8,9 @@ to its status in :func:`_refusal`, so the answers are the same whatever raised t
 Limits are checked before memory is spent: a ``Content-Length`` above the limit is
 answered 413 without reading a byte of the body, a body without one is read in
 chunks and cut off as soon as it passes the limit, and the whole upload must arrive
-within ``read_timeout_s`` (a stalled sender does not hold a connection forever).
+within ``read_timeout_s`` (a stalled sender does not hold a connection forever). A
+refusal that leaves body unread closes the connection (``Connection: close``), so the
+server does not go on receiving the rest of it.
 """
 
 from __future__ import annotations
@@ -89,7 +91,9 @@ async def _read_body(request: Request, limits: Limits) -> bytes:
     return bytes(body)
 
 
-def _refusal(exc: IntakeError | EdifactError | PayloadTooLarge, client: Client | None) -> Response:
+def _refusal(
+    exc: IntakeError | EdifactError | PayloadTooLarge, client: Client | None, *, unread: bool
+) -> Response:
     if isinstance(exc, IntakeError):
         status = exc.http_status
         code = exc.reason_code if isinstance(exc, UnacceptableInterchange) else exc.code
@@ -111,7 +115,10 @@ def _refusal(exc: IntakeError | EdifactError | PayloadTooLarge, client: Client |
         "interchange": None,
         "units": 0,
     }
-    return JSONResponse(body, status_code=status)
+    # A body left unread is closed on, not drained: without ``Connection: close`` the
+    # server would read (and discard) the rest of a 1 GB upload to reuse the connection.
+    headers = {"connection": "close"} if unread else None
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def create_app(
@@ -143,12 +150,15 @@ def create_app(
 
     async def post_interchange(request: Request) -> Response:
         client: Client | None = None
+        unread = True
         try:
             client = authenticate(request)
             body = await _read_body(request, bounds)
+            unread = False
             decision = await run_in_threadpool(pipeline.submit, body, client)
+            pipeline.fault.reached("before_ack")
         except (IntakeError, EdifactError, PayloadTooLarge) as exc:
-            return _refusal(exc, client)
+            return _refusal(exc, client, unread=unread)
         headers = {}
         if decision.retry_after_s is not None:
             headers["Retry-After"] = str(decision.retry_after_s)

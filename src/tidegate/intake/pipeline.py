@@ -30,6 +30,7 @@ from tidegate.errors import BackendError
 from tidegate.intake.auth import ANONYMOUS, Client
 from tidegate.intake.decision import Claim, Decision, decide, retry
 from tidegate.intake.duplicates import DuplicateStore
+from tidegate.intake.faults import NO_FAULT, FaultPoint
 from tidegate.intake.publisher import Publisher
 from tidegate.intake.reading import InterchangeHeader, Reading, read_interchange
 from tidegate.logging import get_logger
@@ -58,6 +59,7 @@ class IntakePipeline:
         retry_after_s: the ``Retry-After`` of a 503.
         now: the CONTRL's preparation time (injectable).
         token / contrl_reference: random values (injectable for tests).
+        fault: a crash-test fault point (:mod:`tidegate.intake.faults`).
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class IntakePipeline:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         token: Callable[[], str] = lambda: secrets.token_hex(16),
         contrl_reference: Callable[[], str] = _contrl_reference,
+        fault: FaultPoint = NO_FAULT,
     ) -> None:
         self.duplicates = duplicates
         self.publisher = publisher
@@ -82,6 +85,7 @@ class IntakePipeline:
         self._now = now
         self._token = token
         self._contrl_reference = contrl_reference
+        self.fault = fault
 
     def submit(self, body: bytes, client: Client = ANONYMOUS) -> Decision:
         """Decide on ``body`` and carry the decision out; the answer is returned.
@@ -156,6 +160,7 @@ class IntakePipeline:
         )
         if decision.publish:
             self.publisher.publish(decision.publish)
+            self.fault.reached("after_publish")
         return decision
 
     def _release(self, header: InterchangeHeader | None, claim: Claim, token: str) -> None:

@@ -27,6 +27,9 @@ class Publisher(Protocol):
     def saturated(self, units: Sequence[Inbound]) -> frozenset[str]:
         """The queues that hold ``units`` back: above their HWM, for a unit not shed."""
 
+    def drained(self, queues: frozenset[str]) -> frozenset[str]:
+        """The ``queues`` at or below their LWM (a paused drop folder may resume)."""
+
     def publish(self, units: Sequence[Inbound]) -> None:
         """Put every unit on the broker; return once the broker has them all.
 
@@ -73,6 +76,11 @@ class AdmissionPublisher:
                 full.add(queue)
         return frozenset(full)
 
+    def drained(self, queues: frozenset[str]) -> frozenset[str]:
+        # Level LOW is reached only at or below the LWM (and a queue paused at HIGH
+        # must pass through it): the watermarks' hysteresis, not a second one here.
+        return frozenset(q for q in queues if self.admission.load(q).level is Level.LOW)
+
     def publish(self, units: Sequence[Inbound]) -> None:
         # Every size first: a unit refused after others were sent would leave the
         # interchange half-published.
@@ -92,6 +100,9 @@ class MemoryPublisher:
 
     def saturated(self, units: Sequence[Inbound]) -> frozenset[str]:
         return frozenset(u.queue for u in units if u.queue in self.full)
+
+    def drained(self, queues: frozenset[str]) -> frozenset[str]:
+        return frozenset(q for q in queues if q not in self.full)
 
     def publish(self, units: Sequence[Inbound]) -> None:
         with self._lock:

@@ -39,6 +39,7 @@ SUMMARY_KEYS: dict[str, tuple[str, ...]] = {
         "duplicates",
         "peak_worker_rss_mb",
         "elapsed_s",
+        "intake",
     ),
     "chaos": (
         "submitted",

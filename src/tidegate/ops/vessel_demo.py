@@ -44,6 +44,7 @@ from tidegate.load import DeadLetterQueue, ParkingLot
 from tidegate.load.outstanding import Outstanding
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
 from tidegate.logging import get_logger
+from tidegate.ops import front_door
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
 from tidegate.ops.reconcile import keys_in_messages, reconcile
@@ -92,6 +93,9 @@ class VesselConfig:
     tos_workers: int | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     app: str = "tidegate.ops.vessel_app"
+    #: Post the burst to a real intake service (:mod:`tidegate.ops.front_door`) rather
+    #: than publish it from Python; a chaos run always publishes directly.
+    front_door: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +342,9 @@ def run_vessel_demo(
     submissions = [Submission(d.key, d.queue, d.envelope()) for d in docs]
     if disturbance is not None:
         submissions = disturbance.documents(submissions)
+    elif config.front_door:
+        submissions = front_door.keyed_by_intake(submissions)
+    intake: dict[str, Any] | None = None
     chaos: dict[str, Any] = {}
     with _sims(config) as (customs, tos):
         env = _worker_env(url, prefix, customs, tos, config)
@@ -360,7 +367,10 @@ def run_vessel_demo(
             if disturbance is not None:
                 disturbance.started(run)
             run.t0, run.wall_t0 = time.monotonic(), time.time()
-            _submit(run, producer, config.max_payload_bytes)
+            if config.front_door and disturbance is None:
+                intake = front_door.submit_through_front_door(run, producer, TASK_FOR_QUEUE)
+            else:
+                _submit(run, producer, config.max_payload_bytes)
             submit_s = time.monotonic() - run.t0
             samples = _sample_until_settled(run, disturbance, on_sample, interval_s)
             c_full, t_full = customs.stats(), tos.stats()
@@ -410,6 +420,8 @@ def run_vessel_demo(
         },
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
     }
+    if intake is not None:
+        report["intake"] = intake
     if disturbance is not None:
         report["chaos"] = chaos
     report["_timelines"] = {
