@@ -117,7 +117,7 @@ def _context(browser: Any, user: User, **options: Any) -> BrowserContext:
     context: BrowserContext = browser.new_context(
         http_credentials={"username": name, "password": secret}, **options
     )
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(30_000)  # a shared 2-CPU machine can take 10 s to load a page
     return context
 
 

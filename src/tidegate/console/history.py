@@ -18,7 +18,9 @@ Between two looks at ``t₁`` and ``t₂``:
   gap × rate);
 - idle at the first look: only the slots reserved beyond the second look are certain,
   ``(TAT₂ − t₂) / (1000 / rate)`` — low at the start of a busy spell (the next period is
-  exact again) and near zero for sparse traffic, never the limit by mistake.
+  exact again), and low, down to zero, whenever the gate has tokens to spare (below its
+  limit, calls spaced out) — never the limit by mistake. A counter of admissions in the
+  gate's script would make this exact; it is not there (the hot path stays three calls).
 """
 
 from __future__ import annotations
