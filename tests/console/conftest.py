@@ -132,7 +132,7 @@ def serve() -> Iterator[Callable[[redis.Redis, ConsoleConfig], Served]]:
                 port=port,
                 log_config=None,
                 access_log=False,
-                lifespan="off",
+                lifespan="on",
             )
         )
         thread = threading.Thread(target=server.run, name="tidegate-console-test", daemon=True)

@@ -11,7 +11,9 @@ Set ``TIDEGATE_CONSOLE_SCREENSHOTS=<dir>`` to keep the desktop and phone screens
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +25,10 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from tidegate.console import ConsoleConfig, Users
 from tidegate.console.access import Role
+from tidegate.console.history import Point
 from tidegate.console.publish import celery_publisher
+from tidegate.console.quarantine_replay import celery_quarantine_replayer
+from tidegate.console.sampler import history_key
 from tidegate.flow import Gate
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.depth import QueueDepth
@@ -86,16 +91,25 @@ def console_url(  # noqa: PLR0917 - pytest passes fixtures by name
         )
     )
     publish, close = celery_publisher(redis_url)
+    release, close_release = celery_quarantine_replayer(redis_client, redis_url, prefix=prefix)
     served = serve(
         redis_client,
         ConsoleConfig(
-            users=make_users(), prefix=prefix, gates=("customs",), publish=publish, refresh_s=0.5
+            users=make_users(),
+            prefix=prefix,
+            gates=("customs",),
+            publish=publish,
+            replay_quarantine=release,
+            refresh_s=0.5,
+            history_every_s=0.5,
+            discover_every_s=0.2,
         ),
     )
     try:
         yield served.url
     finally:
         close()
+        close_release()
 
 
 def _context(browser: Any, user: User, **options: Any) -> BrowserContext:
@@ -103,7 +117,7 @@ def _context(browser: Any, user: User, **options: Any) -> BrowserContext:
     context: BrowserContext = browser.new_context(
         http_credentials={"username": name, "password": secret}, **options
     )
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(30_000)  # a shared 2-CPU machine can take 10 s to load a page
     return context
 
 
@@ -250,18 +264,55 @@ def test_a_forged_post_from_another_site_is_refused(
     assert Gate(redis_client, "customs", prefix=prefix).state().paused_for_s == 0
 
 
+def test_the_chart_shows_admissions_against_the_limit(
+    as_operator: Page, console_url: str, redis_client: redis.Redis, prefix: str
+) -> None:
+    """Four calls through the customs gate while the page is open: the console's own
+    sampler sees the gate's schedule move, and the customs chart draws admitted/s above
+    zero, under a limit line at 2/s."""
+    page = as_operator
+    page.goto(console_url)
+    chart = page.locator('[data-chart-gate="customs"]')
+    expect(chart).to_contain_text("limit 2/s")
+    gate = Gate(redis_client, "customs", prefix=prefix)
+    for _ in range(4):
+        with gate.acquire():
+            pass
+    measured = chart.locator("polyline.line-measured")
+    expect(measured).to_have_count(1)
+    expect(chart.locator("polyline.line-limit")).to_have_count(1)
+
+    def highest_admitted() -> float:
+        points = measured.get_attribute("points") or ""
+        heights = [float(xy.split(",")[1]) for xy in points.split()]
+        return 80.0 - min(heights)  # SVG y grows downwards from the top of an 80-unit box
+
+    # The chart redraws every period; wait for a redraw whose line left the axis.
+    page.wait_for_function(
+        """() => {
+            const l = document.querySelector(
+                '[data-chart-gate="customs"] polyline.line-measured');
+            return l && l.getAttribute('points').split(' ')
+                .some(p => parseFloat(p.split(',')[1]) < 79.9); }"""
+    )
+    assert highest_admitted() > 0.1
+
+
 def test_page_weight_and_nothing_private_shown(as_operator: Page, console_url: str) -> None:
     """The page, its CSS and script and one round of live refreshes stay under 300 KB,
     and no payload, raw segment or B/L number is ever on it."""
     page = as_operator
     sizes: list[int] = []
     page.on("response", lambda response: sizes.append(len(response.body())))
-    with page.expect_response(f"{console_url}/live/held"):
+    with (
+        page.expect_response(f"{console_url}/live/held"),
+        page.expect_response(f"{console_url}/live/charts"),
+    ):
         page.goto(console_url)
     expect(page.locator("#dlq")).to_contain_text("timeout")
     html = page.content()
     assert sum(sizes) < MAX_PAGE_BYTES
-    assert len(sizes) >= 6  # page, CSS, script, three live views
+    assert len(sizes) >= 7  # page, CSS, script, four live views
     for secret in SECRETS:
         assert secret not in html
 
@@ -272,6 +323,23 @@ def _busy_port(client: redis.Redis, prefix: str) -> None:
     tos = Gate(client, "tos", prefix=prefix)
     tos.configure(rate=5.0, burst=10, concurrency=8)
     tos.pause(240, "503 from the TOS")
+    now = _publish_board(client, prefix)
+    lot = ParkingLot(client, prefix=prefix)
+    for _ in range(3):
+        lot.park({"task": "edi.tos.push"}, delay_s=240, reason="gate_paused")
+    Quarantine(client, prefix=prefix).add(
+        QuarantinedDocument(
+            key="pdf-0001",
+            document_class="BULK_BL_PDF",
+            queue="bulk.documents",
+            task="bulk.documents.store",
+        )
+    )
+    _vessel_history(client, prefix, now)
+
+
+def _publish_board(client: redis.Redis, prefix: str) -> float:
+    """The monitor's latest sample of both queues, taken now; returns now (ms)."""
     board = LoadBoard(client, prefix=prefix)
     now = board.now_ms()
     board.publish(
@@ -299,17 +367,29 @@ def _busy_port(client: redis.Redis, prefix: str) -> None:
             ),
         ]
     )
-    lot = ParkingLot(client, prefix=prefix)
-    for _ in range(3):
-        lot.park({"task": "edi.tos.push"}, delay_s=240, reason="gate_paused")
-    Quarantine(client, prefix=prefix).add(
-        QuarantinedDocument(
-            key="pdf-0001",
-            document_class="BULK_BL_PDF",
-            queue="bulk.documents",
-            task="bulk.documents.store",
+    return now
+
+
+def _vessel_history(client: redis.Redis, prefix: str, now_ms: float) -> None:
+    """Fifteen minutes of a vessel working, in the charts' ring: customs quiet, then at
+    its 2/s with workers queueing for slots (its schedule a second or two ahead of the
+    clock); the terminal's gate at its 5/s until its pause; the customs backlog climbing
+    over its high mark, the terminal queue calm."""
+    points = []
+    step = 5000.0
+    for i in range(180):
+        t = now_ms - 900_000 + i * step
+        customs = t + 1500 + 500 * math.sin(i / 4) if i >= 12 else t - 60_000
+        tos = t + 800 if i < 132 else now_ms - 900_000 + 132 * step
+        depth = min(1900, 40 + i * 14) if i < 150 else 1900 - (i - 150) * 5 // 3
+        points.append(
+            Point(
+                t,
+                {"customs": (customs, 2.0, 4), "tos": (tos, 5.0, 10)},
+                {"edi.customs": (depth, 1500, 300), "edi.tos": (40 + i % 7, 1000, 200)},
+            )
         )
-    )
+    client.lpush(history_key(prefix), *[p.to_json() for p in points])
 
 
 @pytest.mark.parametrize(
@@ -334,9 +414,23 @@ def test_fits_a_phone_and_a_desktop(  # noqa: PLR0917 - pytest passes fixtures b
         page = context.new_page()
         page.goto(console_url)
         expect(page.locator("#dlq")).to_be_visible()
+        expect(page.locator('[data-gate="tos"] [data-field="pause"]')).to_contain_text("Paused")
         expect(page.locator('#parked [data-field="parked"]')).to_have_text("3")
+        expect(
+            page.locator('[data-chart-queue="edi.customs"] polyline.line-measured')
+        ).to_have_count(1)
+        # A loaded machine can take longer than three monitor periods to get here: sample
+        # again, so the picture shows live queues, not "sample 20 s old".
+        _publish_board(redis_client, prefix)
+        expect(page.locator('[data-queue="edi.customs"]')).not_to_have_class(re.compile("stale"))
         width = page.evaluate("document.documentElement.scrollWidth")
-        assert width <= viewport["width"]
+        wide = page.evaluate(
+            """(w) => Array.from(document.querySelectorAll('*'))
+                .filter(e => e.getBoundingClientRect().right > w)
+                .map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 8)""",
+            viewport["width"],
+        )
+        assert width <= viewport["width"], wide
         folder = Path(os.environ.get("TIDEGATE_CONSOLE_SCREENSHOTS") or tmp_path)
         shot = folder / f"console-{name}.png"
         page.screenshot(path=str(shot), full_page=True)

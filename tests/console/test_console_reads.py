@@ -114,14 +114,15 @@ def test_every_view_reads_its_figures(redis_client: redis.Redis, prefix: str) ->
 def test_one_round_trip_per_view_whatever_the_number_of_gates(
     counting_client: redis.Redis, round_trips: Any, prefix: str
 ) -> None:
-    """Each refresh of each view is one pipelined round trip — three gates or one."""
+    """Each refresh of each view (the charts' ring included) is one pipelined round
+    trip — three gates or one."""
     _fill(counting_client, prefix)
     reads = RedisReads(
         counting_client, prefix=prefix, gates=("customs", "tos", "docstore"), discover_every_s=0
     )
     names = reads.gate_names()
     assert len(names) == 3
-    for view in (lambda: reads.gates(names), reads.queues, reads.held_back):
+    for view in (lambda: reads.gates(names), reads.queues, reads.held_back, reads.history):
         round_trips.reset()
         view()
         assert len(round_trips) == 1

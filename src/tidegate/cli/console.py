@@ -2,11 +2,13 @@
 
 ``serve`` refuses to start without a user file unless asked for anonymous reading,
 and even then only viewers read without signing in: nobody acts anonymously. Replay
-is on when the console knows a broker (``--broker-url``, default the Redis URL).
+of dead letters and of the quarantine is on when the console knows a broker
+(``--broker-url``, default the Redis URL); ``--no-replay`` turns both off.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +73,19 @@ def console() -> None:
     show_default=True,
     help="Seconds between live updates of the page.",
 )
-@click.option("--no-replay", is_flag=True, help="Hide dead-letter replay (no broker needed).")
+@click.option(
+    "--no-replay",
+    is_flag=True,
+    help="Hide dead-letter and quarantine replay (no broker needed).",
+)
+@click.option(
+    "--history-every",
+    type=FiniteFloat(min=0, max=60),
+    default=5.0,
+    show_default=True,
+    help="Seconds between the charts' samples (consoles of one fleet take turns); "
+    "0: sample nothing, show what other consoles sample.",
+)
 def serve(
     port: int,
     host: str,
@@ -83,6 +97,7 @@ def serve(
     gates: tuple[str, ...],
     refresh: float,
     no_replay: bool,
+    history_every: float,
 ) -> None:
     """Serve the console until interrupted."""
     try:
@@ -90,6 +105,7 @@ def serve(
 
         from tidegate.console import ConsoleConfig, Users, create_app
         from tidegate.console.publish import celery_publisher
+        from tidegate.console.quarantine_replay import celery_quarantine_replayer
     except ImportError as exc:
         raise TidegateCLIError(
             f"{exc}: `tidegate console` needs the console extra (pip install 'tidegate[console]')"
@@ -104,14 +120,24 @@ def serve(
         )
     except TidegateError as exc:
         raise TidegateCLIError(str(exc)) from None
-    with redis_client(redis_url) as client:
-        publish, close = (
-            (None, None) if no_replay else celery_publisher(resolve_broker(redis_url, broker_url))
-        )
+    with redis_client(redis_url) as client, contextlib.ExitStack() as stack:
+        publish = release = None
+        if not no_replay:
+            broker = resolve_broker(redis_url, broker_url)
+            publish, close_publish = celery_publisher(broker)
+            stack.callback(close_publish)
+            release, close_release = celery_quarantine_replayer(client, broker, prefix=prefix)
+            stack.callback(close_release)
         app = create_app(
             client,
             ConsoleConfig(
-                users=users, prefix=prefix, gates=gates, publish=publish, refresh_s=refresh
+                users=users,
+                prefix=prefix,
+                gates=gates,
+                publish=publish,
+                replay_quarantine=release,
+                refresh_s=refresh,
+                history_every_s=history_every,
             ),
         )
         log.info(
@@ -124,11 +150,7 @@ def serve(
             replay=publish is not None,
         )
         options: dict[str, Any] = {"log_config": None, "access_log": False}
-        try:
-            uvicorn.run(app, host=host, port=port, **options)
-        finally:
-            if close is not None:
-                close()
+        uvicorn.run(app, host=host, port=port, **options)
 
 
 @console.command(name="hash-secret")

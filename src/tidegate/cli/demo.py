@@ -59,7 +59,7 @@ _VESSEL = frozenset(
 #: The parameters each run reads ("chaos" is the vessel burst under ``--chaos``); any
 #: other demo flag given to it is refused.
 ACCEPTS: Mapping[str, frozenset[str]] = {
-    "vessel": _VESSEL,
+    "vessel": _VESSEL | {"console_on"},
     "chaos": _VESSEL,
     "bulk": frozenset({"bls", "workers", "seed", "json_path", "keep_logs"}),
     "overload": frozenset(
@@ -271,6 +271,13 @@ def _finish(
     "downstream accepted per second against its limit.",
 )
 @click.option(
+    "--console",
+    "console_on",
+    is_flag=True,
+    help="vessel: serve the operator console on the run (loopback; prints its URL and a "
+    "password made for this run) and watch the burst move; it closes with the run.",
+)
+@click.option(
     "--keep-logs",
     is_flag=True,
     help="Keep the worker (and monitor) logs in a tidegate-* temporary directory and "
@@ -291,6 +298,7 @@ def demo(
     chaos_kind: str | None,
     json_path: Path | None,
     plot_path: Path | None,
+    console_on: bool,
     keep_logs: bool,
 ) -> None:
     """Run a demonstration on an embedded Redis (or REDIS_URL); stops all it starts."""
@@ -331,6 +339,7 @@ def demo(
                 json_path,
                 plot_path,
                 keep_logs,
+                console_on=console_on,
             )
     except Exception as exc:
         cause = _refused_write(exc)
@@ -376,6 +385,8 @@ def _vessel_scenario(
     json_path: Path | None,
     plot_path: Path | None,
     keep_logs: bool,
+    *,
+    console_on: bool = False,
 ) -> None:
     from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo, tos_pool
 
@@ -393,18 +404,38 @@ def _vessel_scenario(
         f"{customs_rate:g}/s (burst {customs_burst}); the terminal system "
         f"{config.tos_connections} connections."
     )
-    with (
-        _log_dir(console, keep_logs, "demo") as log_dir,
-        redis_url() as url,
-        Live(console=console, refresh_per_second=4) as live,
-    ):
+    with contextlib.ExitStack() as stack:
+        log_dir = stack.enter_context(_log_dir(console, keep_logs, "demo"))
+        url = stack.enter_context(redis_url())
+        watch = _demo_console(console, stack, log_dir) if console_on else None
+        live = stack.enter_context(Live(console=console, refresh_per_second=4))
         report, samples = run_vessel_demo(
             url,
             config,
             log_dir=log_dir,
             on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
+            disturbance=watch,
         )
+        report.pop("chaos", None)  # the console observes; it is no chaos scenario
     _finish(console, report, json_path, plot_path=plot_path, samples=samples)
+
+
+def _demo_console(console: Console, stack: contextlib.ExitStack, log_dir: Path) -> Any:
+    """The console on the run (:mod:`tidegate.ops.console_demo`): its URL and password
+    are printed here, once; its audit events go to ``console.log`` in the log folder."""
+    from tidegate.logging import configure as configure_logging
+    from tidegate.ops.console_demo import DEMO_USER, DemoConsole
+
+    events = stack.enter_context((log_dir / "console.log").open("a", encoding="utf-8"))
+    configure_logging(level="INFO", stream=events)
+    stack.callback(configure_logging, level="WARNING", stream=sys.stderr)
+    watch = stack.enter_context(DemoConsole())
+    console.print(
+        f"[bold]console:[/] {watch.url} · user {DEMO_USER} · password {watch.password} "
+        "(made for this run; the console closes when the run ends)",
+        soft_wrap=True,
+    )
+    return watch
 
 
 def _bulk_table(sample: Any, submitted: int) -> Table:

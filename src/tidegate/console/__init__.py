@@ -1,8 +1,11 @@
 """The operator console: the fleet's live state in a browser, and audited actions.
 
 ``tidegate console`` serves it. Each live view is read in one pipelined round trip
-(:mod:`~tidegate.console.reads`) and turned into rows by pure functions
-(:mod:`~tidegate.console.model`); actions go through the fleet's own APIs
+(:mod:`~tidegate.console.reads`; :mod:`~tidegate.console.memory` is its twin for
+tests without Redis) and turned into rows by pure functions
+(:mod:`~tidegate.console.model`); the charts' points are sampled by one console at a
+time (:mod:`~tidegate.console.sampler`) and drawn as SVG
+(:mod:`~tidegate.console.charts`). Actions go through the fleet's own APIs
 (:mod:`~tidegate.console.actions`) after sign-in (:mod:`~tidegate.console.access`),
 a CSRF check (:mod:`~tidegate.console.csrf`) and a confirmation page.
 
@@ -21,7 +24,9 @@ from tidegate.console.errors import (
     Forbidden,
     Unauthenticated,
 )
-from tidegate.console.reads import RedisReads
+from tidegate.console.memory import MemoryReads
+from tidegate.console.reads import ConsoleReads, RedisReads
+from tidegate.console.sampler import HistorySampler
 
 __all__ = [
     "ANONYMOUS_VIEWER",
@@ -30,8 +35,11 @@ __all__ = [
     "BadAction",
     "ConsoleConfig",
     "ConsoleError",
+    "ConsoleReads",
     "CsrfRefused",
     "Forbidden",
+    "HistorySampler",
+    "MemoryReads",
     "Outcome",
     "RedisReads",
     "Role",

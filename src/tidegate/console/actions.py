@@ -1,8 +1,9 @@
 """Operator actions, each checked, carried out through the fleet's own APIs and audited.
 
 Pause, resume and retune go through :class:`~tidegate.flow.Gate`, a replay through
-:func:`~tidegate.load.replay.replay_dead_letters`: the console adds no second way of
-writing the keyspace. Every action, done or refused, is one ``console_action`` event
+:func:`~tidegate.load.replay.replay_dead_letters`, a replay of the quarantine through
+the intake's :meth:`~tidegate.load.admission.Admission.replay`: the console adds no
+second way of writing the keyspace. Every action, done or refused, is one ``console_action`` event
 naming who, what and the outcome — never a payload or a key.
 """
 
@@ -20,11 +21,19 @@ from tidegate.console.errors import BadAction, ConsoleError
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate, RateLimiter
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
+from tidegate.load.quarantine import Quarantine
 from tidegate.load.replay import replay_dead_letters
 from tidegate.logging import get_logger
 from tidegate.settings import MAX_PAUSE_S
 
-__all__ = ["MAX_REPLAY_LIMIT", "MAX_REPLAY_S", "Actions", "Outcome", "Publish"]
+__all__ = [
+    "MAX_REPLAY_LIMIT",
+    "MAX_REPLAY_S",
+    "Actions",
+    "Outcome",
+    "Publish",
+    "ReplayQuarantine",
+]
 
 log = get_logger("tidegate.console")
 
@@ -37,6 +46,10 @@ MAX_REPLAY_RATE = 1000.0
 
 #: Sends one dead letter's task back to its queue (the integration's job).
 Publish = Callable[[DeadLetter], None]
+#: Replays up to ``limit`` quarantined documents of ``queue`` through the intake
+#: (``force``: even while the queue is still overloaded); returns an
+#: :class:`~tidegate.load.admission.ReplayReport`.
+ReplayQuarantine = Callable[[str, int, bool], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +88,8 @@ class Actions:
         client: a sync Redis client.
         prefix: tidegate's key prefix.
         publish: republishes a dead letter; ``None`` disables replay (the page says so).
+        replay_quarantine: gives quarantined documents back to the intake; ``None``
+            disables that replay.
         gates: the gates the console shows; an action names one of them or is refused,
             so a typo never creates the keys of a gate nobody uses.
     """
@@ -85,11 +100,13 @@ class Actions:
         *,
         prefix: str,
         publish: Publish | None = None,
+        replay_quarantine: ReplayQuarantine | None = None,
         gates: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         self.client = client
         self.prefix = prefix
         self.publish = publish
+        self.replay_quarantine = replay_quarantine
         self._gates = gates
 
     def authorize(self, user: User, action: str, target: str) -> None:
@@ -221,13 +238,40 @@ class Actions:
             },
         )
 
+    def release(self, target: str, form: Mapping[str, str]) -> Outcome:
+        """Replay quarantined documents of queue ``target`` through the intake."""
+        if self.replay_quarantine is None:
+            raise BadAction("replaying the quarantine is off: the console has no broker")
+        if target not in Quarantine(self.client, prefix=self.prefix).queues():
+            raise BadAction(f"no quarantined documents for queue {target!r}")
+        limit = int(_required(form, "limit", integer=True))
+        if not 1 <= limit <= MAX_REPLAY_LIMIT:
+            raise BadAction(f"limit must be in [1, {MAX_REPLAY_LIMIT}]")
+        force = form.get("force") == "yes"
+        report = self.replay_quarantine(target, limit, force)
+        return Outcome(
+            "replay-quarantine",
+            f"replayed {report.replayed}, put back {report.released} "
+            f"(queue still overloaded), skipped {report.skipped} already in replay",
+            {
+                "queue": target,
+                "limit": limit,
+                "force": force,
+                "replayed": report.replayed,
+                "released": report.released,
+                "skipped": report.skipped,
+                "by_class": dict(report.by_class),
+            },
+        )
+
 
 _HANDLERS: Mapping[str, Callable[[Actions, str, Mapping[str, str]], Outcome]] = {
     "pause": Actions.pause,
     "resume": Actions.resume,
     "retune": Actions.retune,
     "replay": Actions.replay,
+    "replay-quarantine": Actions.release,
 }
 
 #: Actions that stop work or change capacity: the page asks before doing them.
-CONFIRMED = frozenset({"pause", "resume", "retune", "replay"})
+CONFIRMED = frozenset({"pause", "resume", "retune", "replay", "replay-quarantine"})

@@ -9,7 +9,10 @@ its status in :func:`_refusal`, so the answers are the same whatever raised them
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -24,11 +27,13 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from tidegate.console.access import User, Users
-from tidegate.console.actions import CONFIRMED, Actions, Publish
+from tidegate.console.actions import CONFIRMED, Actions, Publish, ReplayQuarantine
+from tidegate.console.chart_view import CachedCharts
 from tidegate.console.csrf import CsrfTokens
 from tidegate.console.errors import BadAction, ConsoleError, CsrfRefused, Unauthenticated
-from tidegate.console.labels import downstream_label, duration_label
-from tidegate.console.reads import DEFAULT_DISCOVER_EVERY_S, RedisReads
+from tidegate.console.labels import downstream_label, duration_label, queue_label
+from tidegate.console.reads import DEFAULT_DISCOVER_EVERY_S, ConsoleReads, RedisReads
+from tidegate.console.sampler import DEFAULT_SAMPLE_EVERY_S, HistorySampler
 from tidegate.errors import BackendError
 from tidegate.logging import get_logger
 
@@ -53,7 +58,7 @@ _HEADERS = {
     "Cache-Control": "no-store",
 }
 
-_VIEWS = ("gates", "queues", "held")
+_VIEWS = ("gates", "queues", "held", "charts")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,18 +70,28 @@ class ConsoleConfig:
         prefix: tidegate's key prefix.
         gates: gates always shown (others are discovered in the keyspace).
         publish: republishes a dead letter; ``None`` turns replay off.
+        replay_quarantine: gives quarantined documents back to the intake; ``None``
+            turns that replay off.
         refresh_s: live refresh period of the page.
+        history_every_s: period of the charts' points (:mod:`~tidegate.console.sampler`);
+            the charts refresh at that period. ``0``: this console takes no turn at
+            sampling and only shows what other consoles sample.
         discover_every_s: how often new gates are looked for.
         csrf_secret: fixed CSRF key (tests); random per process when ``None``.
+        gate_env: the gates' defaults (``TIDEGATE_<NAME>_{RATE,BURST,CONCURRENCY}``)
+            as the workers have them; this process's environment when ``None``.
     """
 
     users: Users
     prefix: str
     gates: tuple[str, ...] = ()
     publish: Publish | None = None
+    replay_quarantine: ReplayQuarantine | None = None
     refresh_s: float = DEFAULT_REFRESH_S
+    history_every_s: float = DEFAULT_SAMPLE_EVERY_S
     discover_every_s: float = DEFAULT_DISCOVER_EVERY_S
     csrf_secret: bytes | None = None
+    gate_env: Mapping[str, str] | None = None
 
 
 def _templates() -> jinja2.Environment:
@@ -88,6 +103,7 @@ def _templates() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["duration"] = duration_label
+    env.filters["queue_label"] = queue_label
     return env
 
 
@@ -130,19 +146,48 @@ async def _form(request: Request) -> dict[str, str]:
     return dict(pairs)
 
 
-def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
+def create_app(
+    client: redis.Redis, config: ConsoleConfig, *, reads: ConsoleReads | None = None
+) -> Starlette:
     """The console application over ``client``.
 
     Args:
         client: a sync Redis client (reads and actions go through it).
         config: see :class:`ConsoleConfig`.
+        reads: what the views read instead of ``client`` (a
+            :class:`~tidegate.console.memory.MemoryReads` in tests); actions and the
+            charts' sampler still use ``client``.
     """
     env = _templates()
-    reads = RedisReads(
-        client, prefix=config.prefix, gates=config.gates, discover_every_s=config.discover_every_s
+    if reads is None:
+        reads = RedisReads(
+            client,
+            prefix=config.prefix,
+            gates=config.gates,
+            discover_every_s=config.discover_every_s,
+            gate_env=config.gate_env,
+        )
+    actions = Actions(
+        client,
+        prefix=config.prefix,
+        publish=config.publish,
+        replay_quarantine=config.replay_quarantine,
+        gates=reads.gate_names,
     )
-    actions = Actions(client, prefix=config.prefix, publish=config.publish, gates=reads.gate_names)
     csrf = CsrfTokens(config.csrf_secret)
+    chart_every_s = config.history_every_s or DEFAULT_SAMPLE_EVERY_S
+    charts = CachedCharts(reads, every_s=chart_every_s)
+    sampler = (
+        HistorySampler(
+            client,
+            prefix=config.prefix,
+            gates=reads.gate_names,
+            every_s=config.history_every_s,
+            gate_env=config.gate_env,
+        )
+        if config.history_every_s > 0
+        else None
+    )
 
     def guarded(
         handler: Callable[[Request, User], Awaitable[Response]],
@@ -163,6 +208,8 @@ def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
             return {"gates": reads.gates(reads.gate_names())}
         if view == "queues":
             return {"queues": reads.queues()}
+        if view == "charts":
+            return charts()
         letters, shed, lot = reads.held_back()
         return {"letters": letters, "shed": shed, "parked": lot}
 
@@ -184,7 +231,9 @@ def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
             user=user,
             csrf=csrf.token_for(user.name),
             refresh_ms=round(config.refresh_s * 1000),
+            charts_ms=round(chart_every_s * 1000),
             replay_on=config.publish is not None,
+            release_on=config.replay_quarantine is not None,
             operator=user.role.value == "operator",
             **context,
         )
@@ -214,7 +263,7 @@ def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
             return render(
                 "confirm.html",
                 action=action,
-                target=downstream_label(target) if action != "replay" else target,
+                target=downstream_label(target) if action in _GATE_ACTIONS else target,
                 fields=_shown_fields(form),
                 hidden={k: v for k, v in form.items() if k != "confirmed"},
             )
@@ -222,13 +271,49 @@ def create_app(client: redis.Redis, config: ConsoleConfig) -> Starlette:
         return render("done.html", outcome=outcome, target=target)
 
     return Starlette(
+        lifespan=_lifespan(sampler),
         routes=[
             Route("/", guarded(page)),
             Route("/live/{view}", guarded(live)),
             Route("/act/{action}", guarded(act), methods=["POST"]),
             Mount("/static", StaticFiles(packages=[("tidegate.console", "static")])),
-        ]
+        ],
     )
+
+
+#: Actions whose target is a gate (shown by its port name on the confirmation page).
+_GATE_ACTIONS = frozenset({"pause", "resume", "retune"})
+
+
+def _lifespan(
+    sampler: HistorySampler | None,
+) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+    """Runs the charts' sampler for as long as the server serves."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(_sample_forever(sampler)) if sampler is not None else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    return lifespan
+
+
+async def _sample_forever(sampler: HistorySampler) -> None:
+    """The charts' timer: one turn per period; a failing Redis costs a log line, not
+    the console."""
+    while True:
+        started = time.monotonic()
+        try:
+            await run_in_threadpool(sampler.tick)
+        except BackendError as exc:
+            log.warning("console_history_skipped", error=type(exc).__name__)
+        await asyncio.sleep(max(0.0, sampler.every_s - (time.monotonic() - started)))
 
 
 def _shown_fields(form: Mapping[str, str]) -> dict[str, str]:

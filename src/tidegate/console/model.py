@@ -87,12 +87,16 @@ def now_ms_of(time_reply: Sequence[Any]) -> float:
     return int(seconds) * 1000 + int(micros) / 1000
 
 
-def gate_rows(names: Sequence[str], replies: Sequence[Any]) -> list[GateRow]:
+def gate_rows(
+    names: Sequence[str], replies: Sequence[Any], *, env: Mapping[str, str] | None = None
+) -> list[GateRow]:
     """Rows from ``[config, pause, leases, tat] × names + [TIME]``.
 
     The policy maths is the gate's own (:class:`~tidegate.flow.GateState`), fed with
     the same snapshot ``Gate.state()`` reads, so the page and ``tidegate gate show``
-    never disagree.
+    never disagree. A gate's defaults come from ``TIDEGATE_<NAME>_*`` in ``env`` (this
+    process's environment when ``None``): the workers' own defaults, which Redis does
+    not hold — only overrides live there.
     """
     now_ms = now_ms_of(replies[-1])
     rows = []
@@ -107,7 +111,7 @@ def gate_rows(names: Sequence[str], replies: Sequence[Any]) -> list[GateRow]:
             tat_ms=float(tat) if tat is not None else None,
             now_ms=now_ms,
         )
-        rows.append(GateRow.from_state(_state(name, gate_policy_from_env(name), snapshot)))
+        rows.append(GateRow.from_state(_state(name, gate_policy_from_env(name, env), snapshot)))
     return rows
 
 
@@ -169,6 +173,8 @@ class LetterGroup:
     count: int
     oldest_age_s: float
     in_replay: int = 0
+    #: The queue the documents wait to go back to (quarantine only).
+    queue: str = ""
 
 
 def _class_of_letter(record: Mapping[str, Any]) -> str:
@@ -204,17 +210,19 @@ def letter_groups(
 def quarantine_groups(
     records: Mapping[bytes, bytes], since: Mapping[bytes, bytes], time_reply: Sequence[Any]
 ) -> list[LetterGroup]:
-    """Quarantined documents grouped by reason and document class, largest first."""
+    """Quarantined documents grouped by reason, document class and queue, largest first
+    (a class has one queue, so the queue only says where a replay sends them)."""
     now_ms = now_ms_of(time_reply)
-    groups: dict[tuple[str, str], list[float]] = {}
+    groups: dict[tuple[str, str, str], list[float]] = {}
     for key, raw in records.items():
         record = json.loads(raw)
-        group = groups.setdefault((str(record["reason"]), str(record["document_class"])), [0, 0.0])
+        what = (str(record["reason"]), str(record["document_class"]), str(record.get("queue", "")))
+        group = groups.setdefault(what, [0, 0.0])
         group[0] += 1
         group[1] = max(group[1], (now_ms - float(since.get(key, now_ms))) / 1000)
     return _sorted(
-        LetterGroup(reason, cls, int(n), max(0.0, age))
-        for (reason, cls), (n, age) in groups.items()
+        LetterGroup(reason, cls, int(n), max(0.0, age), queue=queue)
+        for (reason, cls, queue), (n, age) in groups.items()
     )
 
 

@@ -13,11 +13,13 @@ every ``discover_every_s`` (and the gates named at start are always shown).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import redis
 
 from tidegate._redis import map_redis_errors
+from tidegate.console.history import DEFAULT_KEEP_S, Point, points_from_ring
 from tidegate.console.model import (
     GateRow,
     LetterGroup,
@@ -25,17 +27,34 @@ from tidegate.console.model import (
     QueueRow,
     gate_rows,
     letter_groups,
+    now_ms_of,
     parked,
     quarantine_groups,
     queue_rows,
 )
-from tidegate.flow.backends.base import DEFAULT_PREFIX, GateKeys
+from tidegate.console.sampler import history_key, queue_board_key, queue_gate_commands
+from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.flow.gate import fleet_gate_names
 
-__all__ = ["DEFAULT_DISCOVER_EVERY_S", "RedisReads"]
+__all__ = ["DEFAULT_DISCOVER_EVERY_S", "ConsoleReads", "RedisReads"]
 
 #: How often the set of gates is looked for again (a SCAN of the keyspace), seconds.
 DEFAULT_DISCOVER_EVERY_S = 15.0
+
+
+class ConsoleReads(Protocol):
+    """What the views read: :class:`RedisReads` for a fleet,
+    :class:`~tidegate.console.memory.MemoryReads` for tests without Redis."""
+
+    def gate_names(self) -> list[str]: ...
+
+    def gates(self, names: Sequence[str]) -> list[GateRow]: ...
+
+    def queues(self) -> list[QueueRow]: ...
+
+    def held_back(self) -> tuple[list[LetterGroup], list[LetterGroup], Parked]: ...
+
+    def history(self, *, keep_s: float = ...) -> list[Point]: ...
 
 
 class RedisReads:
@@ -47,6 +66,8 @@ class RedisReads:
         gates: gates always shown, whether or not the fleet holds state for them.
         discover_every_s: how often other gates are looked for (0: never).
         monotonic: the clock that spaces discoveries (tests pass their own).
+        gate_env: where the gates' defaults are read (``TIDEGATE_<NAME>_*``, as the
+            workers read them); this process's environment when ``None``.
     """
 
     def __init__(
@@ -57,6 +78,7 @@ class RedisReads:
         gates: Sequence[str] = (),
         discover_every_s: float = DEFAULT_DISCOVER_EVERY_S,
         monotonic: Callable[[], float] = time.monotonic,
+        gate_env: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
         self.prefix = prefix
@@ -65,6 +87,7 @@ class RedisReads:
         self._discover_every_s = discover_every_s
         self._monotonic = monotonic
         self._next_discovery = float("-inf")
+        self.gate_env = gate_env
 
     def gate_names(self) -> list[str]:
         """The gates shown: those named at start and those found in the keyspace."""
@@ -77,24 +100,28 @@ class RedisReads:
         """Every gate in ``names``: rate, burst, tokens, pause, leases."""
         with map_redis_errors("console gates"):
             pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                keys = GateKeys.build(name, prefix=self.prefix)
-                pipe.hgetall(keys.config)
-                pipe.hgetall(keys.pause)
-                pipe.zcard(keys.leases)
-                pipe.get(keys.tat)
+            queue_gate_commands(pipe, names, self.prefix)
             pipe.time()
             replies = pipe.execute()
-        return gate_rows(names, replies)
+        return gate_rows(names, replies, env=self.gate_env)
 
     def queues(self) -> list[QueueRow]:
         """Every queue the monitor published: depth, watermarks, signal, workers."""
         with map_redis_errors("console queues"):
             pipe = self.client.pipeline(transaction=False)
-            pipe.hgetall(f"{self.prefix}:{{load}}:board")
+            pipe.hgetall(queue_board_key(self.prefix))
             pipe.time()
             board, now = pipe.execute()
         return queue_rows(board, now)
+
+    def history(self, *, keep_s: float = DEFAULT_KEEP_S) -> list[Point]:
+        """The charts' points of the last ``keep_s`` seconds, oldest first."""
+        with map_redis_errors("console history"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lrange(history_key(self.prefix), 0, -1)
+            pipe.time()
+            raws, now = pipe.execute()
+        return points_from_ring(raws, now_ms=now_ms_of(now), keep_s=keep_s)
 
     def held_back(self) -> tuple[list[LetterGroup], list[LetterGroup], Parked]:
         """Dead letters and quarantined documents by reason and class, and parked units.
