@@ -26,7 +26,7 @@ from tidegate._redis import unwritable_cause
 from tidegate.cli._common import TidegateCLIError
 from tidegate.cli._output import console as make_console
 from tidegate.cli._output import print_table
-from tidegate.errors import BackendUnwritable
+from tidegate.errors import BackendUnwritable, BrokerUnreachable
 from tidegate.redis_server import redis_url
 
 __all__ = ["ACCEPTS", "CHAOS_KINDS", "check_flags", "demo"]
@@ -41,6 +41,7 @@ CHAOS_KINDS = (
     "slow-downstream",
     "slow-commit",
     "poison",
+    "broker-restart",
 )
 
 _VESSEL = frozenset(
@@ -53,6 +54,7 @@ _VESSEL = frozenset(
         "json_path",
         "plot_path",
         "keep_logs",
+        "broker",
     }
 )
 
@@ -257,6 +259,14 @@ def _finish(
     "(its own embedded Redis); exits 1 when a check fails.",
 )
 @click.option(
+    "--broker",
+    metavar="AMQP_URL",
+    help="vessel (also with --chaos): run the Celery fleet on this RabbitMQ "
+    "(amqp://user:pass@host:5672/), in a vhost of the run's own, removed at the end; "
+    "the gate, parking, ledger and DLQ stay on Redis. Its management API is read for "
+    "queue depth (RABBITMQ_MANAGEMENT_URL, else the broker's host on port 15672).",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -288,6 +298,7 @@ def demo(
     bulk: int,
     seed: int,
     chaos_kind: str | None,
+    broker: str | None,
     json_path: Path | None,
     plot_path: Path | None,
     keep_logs: bool,
@@ -295,6 +306,12 @@ def demo(
     """Run a demonstration on an embedded Redis (or REDIS_URL); stops all it starts."""
     run = check_flags(ctx)
     console = make_console()
+    if chaos_kind == "broker-restart" and broker is not None:
+        raise click.UsageError(
+            "--chaos broker-restart starts (and restarts) its own RabbitMQ node: "
+            "it does not take --broker",
+            ctx=ctx,
+        )
     try:
         if chaos_kind is not None:
             tuning = {
@@ -302,7 +319,7 @@ def demo(
                 for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
                 if _given(ctx, name)
             }
-            _chaos_scenario(console, chaos_kind, tuning, json_path, plot_path, keep_logs)
+            _chaos_scenario(console, chaos_kind, tuning, json_path, plot_path, keep_logs, broker)
         elif run == "gate":
             _gate_scenario(console, json_path)
         elif run == "bulk":
@@ -330,7 +347,10 @@ def demo(
                 json_path,
                 plot_path,
                 keep_logs,
+                broker,
             )
+    except BrokerUnreachable as exc:
+        raise TidegateCLIError(str(exc)) from None
     except Exception as exc:
         cause = _refused_write(exc)
         if cause is None:
@@ -375,7 +395,9 @@ def _vessel_scenario(
     json_path: Path | None,
     plot_path: Path | None,
     keep_logs: bool,
+    broker_url: str | None = None,
 ) -> None:
+    from tidegate.ops.run_broker import run_broker_for
     from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo
 
     config = VesselConfig(
@@ -392,6 +414,7 @@ def _vessel_scenario(
         f"(burst {customs_burst}); the terminal system {config.tos_connections} connections."
     )
     with (
+        run_broker_for(broker_url) as run_broker,
         _log_dir(console, keep_logs, "demo") as log_dir,
         redis_url() as url,
         Live(console=console, refresh_per_second=4) as live,
@@ -401,6 +424,7 @@ def _vessel_scenario(
             config,
             log_dir=log_dir,
             on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
+            broker=run_broker,
         )
     _finish(console, report, json_path, plot_path=plot_path, samples=samples)
 
@@ -502,6 +526,7 @@ def _chaos_scenario(
     json_path: Path | None,
     plot_path: Path | None,
     keep_logs: bool,
+    broker_url: str | None = None,
 ) -> None:
     """The burst under a fault; the flags given replace the preset's values. A failed
     check exits 1 after the tables and files, so a script or CI sees it."""
@@ -523,6 +548,7 @@ def _chaos_scenario(
     ):
         report, samples = run_chaos(
             config,
+            broker_url=broker_url,
             log_dir=log_dir,
             on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
         )
