@@ -119,8 +119,12 @@ class RedisRunBroker:
 
 
 def _with_vhost(url: str, vhost: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + quote(vhost, safe=""), "", ""))
+    """``url`` on ``vhost``; each URL of a kombu failover list (``a;b;c``) likewise."""
+    urls = []
+    for one in url.split(";"):
+        parts = urlsplit(one)
+        urls.append(urlunsplit((parts.scheme, parts.netloc, "/" + quote(vhost, safe=""), "", "")))
+    return ";".join(urls)
 
 
 def _http_base(management_url: str) -> tuple[str, tuple[str, str]]:
@@ -164,9 +168,9 @@ def open_amqp_broker(
 
     from tidegate.load.depth import management_url_for
 
-    if not is_amqp_url(url):
-        raise BrokerUnreachable(f"not a RabbitMQ URL: {redact_url(url)} (use amqp://)")
-    shown = redact_url(url)
+    shown = ";".join(redact_url(one) for one in url.split(";"))
+    if not all(is_amqp_url(one) for one in url.split(";")):
+        raise BrokerUnreachable(f"not a RabbitMQ URL: {shown} (use amqp://)")
     try:
         with Connection(url, connect_timeout=5) as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
@@ -174,9 +178,10 @@ def open_amqp_broker(
         raise BrokerUnreachable(
             f"cannot reach the broker {shown}: {type(exc).__name__}: {str(exc)[:120]}"
         ) from None
-    management = management_url or management_url_for(url)
+    first = url.split(";", maxsplit=1)[0]
+    management = management_url or management_url_for(first)
     base, auth = _http_base(management)
-    user = urlsplit(url).username or "guest"
+    user = urlsplit(first).username or "guest"
     vhost = f"tidegate-{run_id or uuid.uuid4().hex[:8]}"
     http = httpx.Client(base_url=base, auth=auth, timeout=_HTTP_TIMEOUT_S)
     try:
