@@ -54,8 +54,10 @@ class RabbitCluster:
             RabbitNode(base=self.base, name=f"tg{tag}n{i}", cookie=self.cookie)
             for i in range(self.size)
         ]
+        for node in self.nodes:  # boot side by side, then wait for all
+            node.launch()
         for node in self.nodes:
-            node.start()
+            node.wait_ready(300.0)
         for node in self.nodes[1:]:
             node.join(self.nodes[0])
         return self

@@ -152,11 +152,18 @@ class RabbitNode:
             "RABBITMQ_PID_FILE": str(self._dir / "pid"),
         }
 
-    def start(self, *, timeout_s: float = 90.0) -> RabbitNode:
+    def start(self, *, timeout_s: float = 180.0) -> RabbitNode:
         """Boot the node (data kept from a previous start); return once it serves AMQP
-        and the management API."""
+        and the management API. A boot takes 3–10 s on an idle machine, minutes on a
+        saturated one."""
+        self.launch()
+        self.wait_ready(timeout_s)
+        return self
+
+    def launch(self) -> None:
+        """Start booting the node and return at once (:meth:`wait_ready` waits)."""
         if self.running():
-            return self
+            return
         out = (self._dir / "server.out").open("ab")
         self._proc = subprocess.Popen(
             [str(RABBITMQ_BIN / "rabbitmq-server")],
@@ -167,8 +174,6 @@ class RabbitNode:
             start_new_session=True,
         )
         out.close()
-        self.wait_ready(timeout_s)
-        return self
 
     def wait_ready(self, timeout_s: float) -> None:
         """Poll until the node's AMQP port and management API answer."""
@@ -200,7 +205,7 @@ class RabbitNode:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def ctl(self, *args: str, timeout_s: float = 60.0) -> str:
+    def ctl(self, *args: str, timeout_s: float = 180.0) -> str:
         """Run ``rabbitmqctl -n <node> <args>``; return its output."""
         result = subprocess.run(
             [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.node, *args],
@@ -260,7 +265,7 @@ class RabbitNode:
         self.ctl("stop_app")
         self.ctl("join_cluster", seed.node)
         self.ctl("start_app")
-        self.wait_ready(60.0)
+        self.wait_ready(180.0)
 
     def cleanup(self) -> None:
         """Stop the node and remove its directory (if this object made it)."""
