@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vessel", type=int, default=2000, help="vessel burst interchanges")
     parser.add_argument("--kill", type=int, default=3000, help="kill-workers interchanges")
     parser.add_argument("--restart", type=int, default=3000, help="restart interchanges")
+    parser.add_argument(
+        "--only", default="vessel,kill,restart", help="pairs to run (default: %(default)s)"
+    )
     parser.add_argument("--out", default="bench/results/brokers.json")
     args = parser.parse_args(argv)
 
@@ -149,20 +152,22 @@ def main(argv: list[str] | None = None) -> int:
             f"{run} on {report['broker']}: {describe_interference(report['interference'])}"
         )
         print(f"  {rows[-1]}", flush=True)
+        write_json(args.out, {"benchmark": "brokers", "partial": True, "table": rows})
 
+    pairs = set(args.only.split(","))
     with _amqp(args.amqp) as (amqp_url, management):
-        for broker in ("redis", "amqp"):
+        for broker in ("redis", "amqp") if "vessel" in pairs else ():
             watch = CpuWatch()
             url = amqp_url if broker == "amqp" else None
             record(f"vessel {args.vessel}", _vessel(args.vessel, url, management), watch)
         kill = dataclasses.replace(preset("kill-workers"), interchanges=args.kill)
-        for broker in ("redis", "amqp"):
+        for broker in ("redis", "amqp") if "kill" in pairs else ():
             watch = CpuWatch()
             if broker == "amqp" and management is not None:
                 os.environ["RABBITMQ_MANAGEMENT_URL"] = management
             report, _ = run_chaos(kill, broker_url=amqp_url if broker == "amqp" else None)
             record(f"kill-workers {args.kill}", report, watch)
-    for kind in ("redis-restart", "broker-restart"):
+    for kind in ("redis-restart", "broker-restart") if "restart" in pairs else ():
         watch = CpuWatch()
         config = dataclasses.replace(preset(kind), interchanges=args.restart)
         report, _ = run_chaos(config)
