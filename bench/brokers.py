@@ -91,7 +91,7 @@ def _row(run: str, report: dict[str, Any]) -> dict[str, Any]:
 @contextlib.contextmanager
 def _amqp(url: str | None) -> Iterator[tuple[str, str | None]]:
     """The RabbitMQ to use: ``url`` as given, else a private node for this run."""
-    if url is not None:
+    if url is not None:  # "-": none needed
         yield url, None
         return
     node = RabbitNode()
@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.out, {"benchmark": "brokers", "partial": True, "table": rows})
 
     pairs = set(args.only.split(","))
-    with _amqp(args.amqp) as (amqp_url, management):
+    # broker-restart starts its own node; vessel and kill need one for the run.
+    with _amqp(args.amqp if pairs & {"vessel", "kill"} else "-") as (amqp_url, management):
         for broker in ("redis", "amqp") if "vessel" in pairs else ():
             watch = CpuWatch()
             url = amqp_url if broker == "amqp" else None
