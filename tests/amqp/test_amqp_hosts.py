@@ -28,14 +28,15 @@ from tidegate.sim import CustomsSim
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
 
 HOSTS = ("h1", "h2", "h3")
-RATE, GATE_BURST = 4.0, 2
+RATE, GATE_BURST = 2.0, 2
 #: Transit jitter, in tokens: a call admitted at t may reach the gateway late, next to
-#: the calls admitted after it. Three tokens are 0.75 s at 4/s — what a 2-CPU machine
-#: shared with other test runs (load 20+) needs; the gateway's bucket is the gate's
-#: plus that slack, so a 429 would mean the gate let more through than its promise.
+#: the calls admitted after it. Three tokens are 1.5 s at 2/s — what a 2-CPU machine
+#: shared with other test runs needs (at load 30+, 0.75 s was seen exceeded); the
+#: gateway's bucket is the gate's plus that slack, so a 429 means the gate let more
+#: through than its promise (or a call was held up longer than that in transit).
 JITTER_TOKENS = 3
 SIM_BURST = GATE_BURST + JITTER_TOKENS
-DOCUMENTS = 48
+DOCUMENTS = 36
 
 
 def _over_bound(accepts: list[float]) -> list[tuple[int, float]]:
