@@ -30,6 +30,7 @@ __all__ = [
     "BackendError",
     "BackendUnavailable",
     "BackendUnwritable",
+    "BrokerUnreachable",
     "ConfigurationError",
     "DeadLettered",
     "DownstreamError",
@@ -83,6 +84,13 @@ class BackendUnwritable(BackendUnavailable):
         self.cause = cause
         self.operation = operation
         super().__init__(f"Redis unavailable for writes ({cause}) during {operation}")
+
+
+class BrokerUnreachable(BackendUnavailable):
+    """The task broker (RabbitMQ) named for a run cannot be reached or used.
+
+    The message names the broker's URL with its password redacted.
+    """
 
 
 class Throttled(TidegateError):

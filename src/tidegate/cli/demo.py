@@ -26,7 +26,7 @@ from tidegate._redis import unwritable_cause
 from tidegate.cli._common import TidegateCLIError
 from tidegate.cli._output import console as make_console
 from tidegate.cli._output import print_table
-from tidegate.errors import BackendUnwritable
+from tidegate.errors import BackendUnwritable, BrokerUnreachable
 from tidegate.redis_server import redis_url
 
 __all__ = ["ACCEPTS", "CHAOS_KINDS", "check_flags", "demo"]
@@ -41,6 +41,7 @@ CHAOS_KINDS = (
     "slow-downstream",
     "slow-commit",
     "poison",
+    "broker-restart",
 )
 
 _VESSEL = frozenset(
@@ -53,6 +54,7 @@ _VESSEL = frozenset(
         "json_path",
         "plot_path",
         "keep_logs",
+        "broker",
     }
 )
 
@@ -258,6 +260,14 @@ def _finish(
     "(its own embedded Redis); exits 1 when a check fails.",
 )
 @click.option(
+    "--broker",
+    metavar="AMQP_URL",
+    help="vessel (also with --chaos): run the Celery fleet on this RabbitMQ "
+    "(amqp://user:pass@host:5672/), in a vhost of the run's own, removed at the end; "
+    "the gate, parking, ledger and DLQ stay on Redis. Its management API is read for "
+    "queue depth (RABBITMQ_MANAGEMENT_URL, else the broker's host on port 15672).",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -296,6 +306,7 @@ def demo(
     bulk: int,
     seed: int,
     chaos_kind: str | None,
+    broker: str | None,
     json_path: Path | None,
     plot_path: Path | None,
     console_on: bool,
@@ -304,6 +315,12 @@ def demo(
     """Run a demonstration on an embedded Redis (or REDIS_URL); stops all it starts."""
     run = check_flags(ctx)
     console = make_console()
+    if chaos_kind == "broker-restart" and broker is not None:
+        raise click.UsageError(
+            "--chaos broker-restart starts (and restarts) its own RabbitMQ node: "
+            "it does not take --broker",
+            ctx=ctx,
+        )
     try:
         if chaos_kind is not None:
             tuning = {
@@ -311,7 +328,7 @@ def demo(
                 for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
                 if _given(ctx, name)
             }
-            _chaos_scenario(console, chaos_kind, tuning, json_path, plot_path, keep_logs)
+            _chaos_scenario(console, chaos_kind, tuning, json_path, plot_path, keep_logs, broker)
         elif run == "gate":
             _gate_scenario(console, json_path)
         elif run == "bulk":
@@ -339,8 +356,11 @@ def demo(
                 json_path,
                 plot_path,
                 keep_logs,
+                broker,
                 console_on=console_on,
             )
+    except BrokerUnreachable as exc:
+        raise TidegateCLIError(str(exc)) from None
     except Exception as exc:
         cause = _refused_write(exc)
         if cause is None:
@@ -385,9 +405,11 @@ def _vessel_scenario(
     json_path: Path | None,
     plot_path: Path | None,
     keep_logs: bool,
+    broker_url: str | None = None,
     *,
     console_on: bool = False,
 ) -> None:
+    from tidegate.ops.run_broker import run_broker_for
     from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo, tos_pool
 
     config = VesselConfig(
@@ -405,6 +427,7 @@ def _vessel_scenario(
         f"{config.tos_connections} connections."
     )
     with contextlib.ExitStack() as stack:
+        run_broker = stack.enter_context(run_broker_for(broker_url))
         log_dir = stack.enter_context(_log_dir(console, keep_logs, "demo"))
         url = stack.enter_context(redis_url())
         watch = _demo_console(console, stack, log_dir) if console_on else None
@@ -415,6 +438,7 @@ def _vessel_scenario(
             log_dir=log_dir,
             on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
             disturbance=watch,
+            broker=run_broker,
         )
         report.pop("chaos", None)  # the console observes; it is no chaos scenario
     _finish(console, report, json_path, plot_path=plot_path, samples=samples)
@@ -535,6 +559,7 @@ def _chaos_scenario(
     json_path: Path | None,
     plot_path: Path | None,
     keep_logs: bool,
+    broker_url: str | None = None,
 ) -> None:
     """The burst under a fault; the flags given replace the preset's values. A failed
     check exits 1 after the tables and files, so a script or CI sees it."""
@@ -556,6 +581,7 @@ def _chaos_scenario(
     ):
         report, samples = run_chaos(
             config,
+            broker_url=broker_url,
             log_dir=log_dir,
             on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
         )

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from tidegate.errors import BackendError
+from tidegate.flow.backends.base import RENEW_LOST, RENEW_RESTORED
 from tidegate.logging import get_logger
 
 if TYPE_CHECKING:
@@ -27,7 +28,17 @@ log = get_logger("tidegate.flow")
 
 
 class _PermitBase:
-    __slots__ = ("_done", "_keys", "_lease_s", "_wake_cap", "holder", "leased", "name", "waited_s")
+    __slots__ = (
+        "_done",
+        "_keys",
+        "_lease_s",
+        "_valid_until",
+        "_wake_cap",
+        "holder",
+        "leased",
+        "name",
+        "waited_s",
+    )
 
     def __init__(
         self,
@@ -50,9 +61,24 @@ class _PermitBase:
         self._lease_s = lease_s
         self._wake_cap = wake_cap
         self._done = not leased
+        #: When this holder's lease runs out by its own reckoning (backend monotonic
+        #: clock): set at admission (the lease started at the decision, just before)
+        #: and at each renewal from the instant the request was sent.
+        self._valid_until = 0.0
 
     def _log_lost(self) -> None:
         log.warning("gate_lease_lost", downstream=self.name, holder=self.holder)
+
+    def _renewed(self, status: int, sent: float) -> bool:
+        """Account for a renewal's answer (sent at ``sent``); True if the lease is held."""
+        if status == RENEW_LOST:
+            self._log_lost()
+            return False
+        if status == RENEW_RESTORED:
+            # The store had lost it (a failover): the call still runs, so it counts again.
+            log.warning("gate_lease_restored", downstream=self.name, holder=self.holder)
+        self._valid_until = sent + self._lease_s
+        return True
 
 
 class Permit(_PermitBase):
@@ -63,6 +89,7 @@ class Permit(_PermitBase):
     def __init__(self, backend: Backend, name: str, keys: GateKeys, **kwargs: object) -> None:
         super().__init__(name, keys, **kwargs)  # type: ignore[arg-type]
         self._backend = backend
+        self._valid_until = backend.monotonic() + self._lease_s
         self._stop: threading.Event | None = None
         self._renewer: threading.Thread | None = None
 
@@ -81,10 +108,11 @@ class Permit(_PermitBase):
         """Extend the lease to a full ``lease_s`` from now; False if it was lost."""
         if self._done:
             return False
-        ok = self._backend.renew(self._keys, self.holder, self._lease_s * 1000.0)
-        if not ok:
-            self._log_lost()
-        return ok
+        sent = self._backend.monotonic()
+        status = self._backend.renew(
+            self._keys, self.holder, self._lease_s * 1000.0, restore=sent < self._valid_until
+        )
+        return self._renewed(status, sent)
 
     def start_renewing(self) -> None:
         """Renew every ``lease_s / 3`` in a daemon thread until released."""
@@ -129,6 +157,7 @@ class AsyncPermit(_PermitBase):
     def __init__(self, backend: AsyncBackend, name: str, keys: GateKeys, **kwargs: object) -> None:
         super().__init__(name, keys, **kwargs)  # type: ignore[arg-type]
         self._backend = backend
+        self._valid_until = backend.monotonic() + self._lease_s
         self._renewer: asyncio.Task[None] | None = None
 
     async def release(self) -> bool:
@@ -149,10 +178,11 @@ class AsyncPermit(_PermitBase):
         """Extend the lease to a full ``lease_s`` from now; False if it was lost."""
         if self._done:
             return False
-        ok = await self._backend.renew(self._keys, self.holder, self._lease_s * 1000.0)
-        if not ok:
-            self._log_lost()
-        return ok
+        sent = self._backend.monotonic()
+        status = await self._backend.renew(
+            self._keys, self.holder, self._lease_s * 1000.0, restore=sent < self._valid_until
+        )
+        return self._renewed(status, sent)
 
     def start_renewing(self) -> None:
         """Renew every ``lease_s / 3`` in a task until released."""

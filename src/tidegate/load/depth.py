@@ -358,7 +358,13 @@ class AmqpDepthProbe:
                 self._warn_unacked(f"HTTP {response.status_code}")
                 return {}
             try:
-                result[queue] = int(response.json().get("messages_unacknowledged") or 0)
+                answer = response.json()
+                if answer == []:
+                    # The column filter found nothing: a quorum queue whose metrics
+                    # have not been emitted yet (its first seconds). Nothing counted.
+                    result[queue] = 0
+                    continue
+                result[queue] = int(answer.get("messages_unacknowledged") or 0)
             except (ValueError, TypeError, AttributeError):
                 self._warn_unacked("unreadable answer")
                 return {}

@@ -33,6 +33,10 @@ server):
     workers' soft time limit while the rest go through: the task gives up, the TOS
     still commits. The workers know the TOS's ``max_request_s``
     (``TIDEGATE_TOS_MAX_REQUEST_S``): no lookup, no resend before it.
+``broker-restart``
+    RabbitMQ as the broker (a private node), SIGKILLed mid-burst and booted again
+    (:mod:`tidegate.ops.chaos_amqp`; ``--broker amqp://…`` runs ``kill-workers`` and
+    ``downstream-outage`` on RabbitMQ too).
 ``poison``
     Malformed documents (truncated, not EDIFACT, broken references, an envelope
     without a body) are mixed into the burst, plus oversized ones that the intake must
@@ -133,6 +137,7 @@ Kind = Literal[
     "slow-downstream",
     "slow-commit",
     "poison",
+    "broker-restart",
 ]
 #: The scenarios, in the order the benchmark runs them.
 KINDS: tuple[Kind, ...] = (
@@ -143,6 +148,7 @@ KINDS: tuple[Kind, ...] = (
     "slow-downstream",
     "slow-commit",
     "poison",
+    "broker-restart",
 )
 #: The scenarios that restart Redis (on an append-only file, the production setting).
 _RESTARTS = frozenset({"redis-restart", "host-crash"})
@@ -368,6 +374,7 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
             "slow-downstream": {"fault_at_s": 1.0, "fault_s": 8.0, "tos_workers": 6},
             "slow-commit": {"fault_at_s": 1.0, "tos_service_s": 0.15},
             "poison": {"interchanges": 200, "poison_per_kind": 2},
+            "broker-restart": {"fault_at_s": 3.0, "fault_s": 4.0, "tos_service_s": 0.15},
         }
     else:
         base = ChaosConfig(kind)
@@ -396,6 +403,8 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
             "slow-downstream": {"interchanges": 3000, "tos_workers": 6},
             "slow-commit": {"interchanges": 3000, "fault_at_s": 10.0, "stragglers": 8},
             "poison": {"interchanges": 2000},
+            # RabbitMQ (a private node) SIGKILLed 20 s in, down 10 s, booted again.
+            "broker-restart": {"interchanges": 3000, "fault_at_s": 20.0, "fault_s": 10.0},
         }
     return replace(base, **shapes[kind])
 
@@ -1586,6 +1595,7 @@ def _drain_delays(report: dict[str, Any], config: ChaosConfig) -> dict[str, Any]
 def run_chaos(
     config: ChaosConfig,
     *,
+    broker_url: str | None = None,
     log_dir: Path | None = None,
     on_sample: Callable[[Sample, int], None] | None = None,
     interval_s: float = 0.5,
@@ -1599,15 +1609,25 @@ def run_chaos(
     The scenario reads the workers' logs, so they are always written: to ``log_dir``
     when given (and kept, ``report["log_dir"]``), else to a temporary directory removed
     before this returns (``report["log_dir"]`` is then ``None``).
+
+    With ``broker_url`` (``amqp://``), or for ``broker-restart``, RabbitMQ carries the
+    messages (:mod:`tidegate.ops.chaos_amqp`).
     """
     with contextlib.ExitStack() as stack:
         kept = log_dir is not None
         if log_dir is None:
             tmp = tempfile.TemporaryDirectory(prefix=f"tidegate-chaos-{config.kind}-")
             log_dir = Path(stack.enter_context(tmp))
+        from tidegate.ops.chaos_amqp import amqp_chaos_run, amqp_scenario
+
+        amqp = stack.enter_context(amqp_chaos_run(config, broker_url))
         server = EmbeddedRedis(appendonly=config.kind in _RESTARTS).start()
         try:
-            scenario = _scenario(config, log_dir, server)
+            scenario = (
+                _scenario(config, log_dir, server)
+                if amqp is None
+                else amqp_scenario(config, log_dir, amqp)
+            )
             report, samples = run_vessel_demo(
                 server.url,
                 config.vessel(),
@@ -1615,6 +1635,7 @@ def run_chaos(
                 on_sample=on_sample,
                 interval_s=interval_s,
                 disturbance=scenario,
+                broker=None if amqp is None else amqp.broker,
             )
         finally:
             server.stop()

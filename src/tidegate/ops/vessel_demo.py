@@ -26,7 +26,8 @@ The demo's intake refuses a document whose envelope is larger than
 :mod:`tidegate.ops.chaos`) can plug into a run: extra worker environment, extra
 documents, a hook called every sampling period — also while Redis is away, when that
 period's sample is skipped, not the run — and a last look before the run's keys are
-deleted.
+deleted. The broker is Redis itself unless a :class:`~tidegate.ops.run_broker.RunBroker`
+(a RabbitMQ vhost) is passed; tidegate's state stays on Redis either way.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ from celery import Celery
 
 from tidegate._redis import client_from_url
 from tidegate.errors import BackendError, PayloadTooLarge
-from tidegate.integrations.celery.sweep import track_publishes
 from tidegate.load import DeadLetterQueue, ParkingLot
 from tidegate.load.outstanding import Outstanding
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
@@ -55,6 +55,7 @@ from tidegate.ops import front_door
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
 from tidegate.ops.reconcile import keys_in_messages, reconcile
+from tidegate.ops.run_broker import RedisRunBroker, RunBroker
 from tidegate.sim import CustomsSim, TosSim
 
 __all__ = [
@@ -165,6 +166,7 @@ class RunHandles:
     t0: float = 0.0
     wall_t0: float = 0.0
     samples_skipped: int = 0
+    broker: RunBroker | None = None
 
 
 class Disturbance(Protocol):
@@ -246,7 +248,9 @@ def _take_sample(
     run: RunHandles, queues: list[str], parking: ParkingLot, dlq: DeadLetterQueue
 ) -> Sample:
     c_stats, t_stats = run.customs.stats(timeline=False), run.tos.stats(timeline=False)
-    depth = queue_depths(run.client, queues)
+    depth = (
+        run.broker.depths(queues) if run.broker is not None else queue_depths(run.client, queues)
+    )
     memory = run.fleet.rss_by_process()
     return Sample(
         t=round(time.monotonic() - run.t0, 3),
@@ -344,6 +348,7 @@ def run_vessel_demo(
     log_dir: Path | None = None,
     interval_s: float = 0.5,
     disturbance: Disturbance | None = None,
+    broker: RunBroker | None = None,
 ) -> tuple[dict[str, Any], list[Sample]]:
     """Run the scenario against Redis at ``url``; return (report, samples).
 
@@ -355,9 +360,13 @@ def run_vessel_demo(
         interval_s: sampling period.
         disturbance: a chaos scenario plugged into the run (:class:`Disturbance`);
             what it collects is the report's ``chaos`` entry.
+        broker: the Celery broker when it is not the Redis at ``url`` (a RabbitMQ
+            vhost, :func:`~tidegate.ops.run_broker.open_amqp_broker`); the caller
+            closes it.
     """
     prefix = f"tidegate-demo-{uuid.uuid4().hex[:8]}"
     client = client_from_url(url)
+    broker = broker if broker is not None else RedisRunBroker(url, client)
     docs = list(vessel_burst(config.interchanges, seed=config.seed))
     submissions = [Submission(d.key, d.queue, d.envelope()) for d in docs]
     if disturbance is not None:
@@ -367,7 +376,7 @@ def run_vessel_demo(
     intake: dict[str, Any] | None = None
     chaos: dict[str, Any] = {}
     with _sims(config) as (customs, tos):
-        env = _worker_env(url, prefix, customs, tos, config)
+        env = {**_worker_env(url, prefix, customs, tos, config), **broker.worker_env()}
         if disturbance is not None:
             env.update(disturbance.worker_env())
         pools = [
@@ -375,12 +384,11 @@ def run_vessel_demo(
             Pool("tos", ["edi.tos"], concurrency=tos_pool(config).workers),
         ]
         fleet = Fleet(config.app, pools, env=env, log_dir=log_dir)
-        producer = Celery(broker=url)
+        producer = broker.producer()
         run = RunHandles(url, prefix, client, fleet, customs, tos, config, submissions)
-        # The intake records what it publishes, so the workers' orphan sweep can give
-        # back a message the Redis broker loses to a killed worker.
-        untrack = track_publishes(
-            TASK_FOR_QUEUE.values(), Outstanding(client, prefix=prefix), app=producer
+        run.broker = broker
+        untrack = broker.track(
+            producer, list(TASK_FOR_QUEUE.values()), Outstanding(client, prefix=prefix)
         )
         try:
             fleet.start()
@@ -406,11 +414,15 @@ def run_vessel_demo(
         accepted=accepted,
         dead_lettered=(letter.key for letter in DeadLetterQueue(client, prefix=prefix).iter()),
         refused=(item.key for item in run.refused),
-        pending=pending_keys(client, list(TASK_FOR_QUEUE), ParkingLot(client, prefix=prefix)),
+        pending=[
+            *broker.pending_keys(list(TASK_FOR_QUEUE)),
+            *(key for page in ParkingLot(client, prefix=prefix).iter_keys(500) for key in page),
+        ],
     )
     counts = outcome.counts()
     report = {
         "scenario": "vessel",
+        "broker": broker.kind,
         "submitted": len(outcome.outcome),
         "submit_s": round(submit_s, 3),
         "delivered": counts["delivered"],

@@ -15,6 +15,9 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "RENEW_LOST",
+    "RENEW_OK",
+    "RENEW_RESTORED",
     "AcquireParams",
     "AcquireResult",
     "AsyncBackend",
@@ -26,6 +29,13 @@ __all__ = [
 
 #: Prefix of every key tidegate writes.
 DEFAULT_PREFIX = "tidegate"
+
+#: What a lease renewal found (``lease_renew.lua``'s reply): expired or gone …
+RENEW_LOST = 0
+#: … held, and extended …
+RENEW_OK = 1
+#: … gone although the holder's clock says it is valid (the store lost it), put back.
+RENEW_RESTORED = 2
 
 
 class Status(enum.IntEnum):
@@ -133,8 +143,11 @@ class Backend(Protocol):
         """Release ``holder``'s lease and wake one waiter; False if it had expired."""
         ...
 
-    def renew(self, keys: GateKeys, holder: str, lease_ms: float) -> bool:
-        """Extend ``holder``'s lease to now + ``lease_ms``; False if it had expired."""
+    def renew(self, keys: GateKeys, holder: str, lease_ms: float, *, restore: bool = False) -> int:
+        """Extend ``holder``'s lease to now + ``lease_ms``: :data:`RENEW_OK`, or
+        :data:`RENEW_LOST` if it had expired or is gone. With ``restore`` (the holder's
+        own clock says the lease is still valid), a lease that is gone is put back —
+        the store lost it (a failover) — and :data:`RENEW_RESTORED` returned."""
         ...
 
     def wait_released(self, keys: GateKeys, timeout_s: float) -> None:
@@ -174,7 +187,9 @@ class AsyncBackend(Protocol):
 
     async def release(self, keys: GateKeys, holder: str, *, wake_cap: int) -> bool: ...
 
-    async def renew(self, keys: GateKeys, holder: str, lease_ms: float) -> bool: ...
+    async def renew(
+        self, keys: GateKeys, holder: str, lease_ms: float, *, restore: bool = False
+    ) -> int: ...
 
     async def wait_released(self, keys: GateKeys, timeout_s: float) -> None: ...
 

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 
 from tidegate.errors import BackendError
 from tidegate.flow.backends.base import (
+    RENEW_LOST,
+    RENEW_OK,
+    RENEW_RESTORED,
     AcquireParams,
     AcquireResult,
     GateKeys,
@@ -129,14 +132,17 @@ class MemoryBackend:
             self._released.notify()
             return removed
 
-    def renew(self, keys: GateKeys, holder: str, lease_ms: float) -> bool:
+    def renew(self, keys: GateKeys, holder: str, lease_ms: float, *, restore: bool = False) -> int:
         with self._lock:
             leases = self._limit(keys).leases
             now = self._now()
+            if holder not in leases and restore:
+                leases[holder] = now + lease_ms
+                return RENEW_RESTORED
             if holder not in leases or leases[holder] < now:
-                return False
+                return RENEW_LOST
             leases[holder] = now + lease_ms
-            return True
+            return RENEW_OK
 
     def wait_released(self, keys: GateKeys, timeout_s: float) -> None:
         if self._clock is not None:
@@ -199,8 +205,10 @@ class AsyncMemoryBackend:
     async def release(self, keys: GateKeys, holder: str, *, wake_cap: int) -> bool:
         return self.inner.release(keys, holder, wake_cap=wake_cap)
 
-    async def renew(self, keys: GateKeys, holder: str, lease_ms: float) -> bool:
-        return self.inner.renew(keys, holder, lease_ms)
+    async def renew(
+        self, keys: GateKeys, holder: str, lease_ms: float, *, restore: bool = False
+    ) -> int:
+        return self.inner.renew(keys, holder, lease_ms, restore=restore)
 
     async def wait_released(self, keys: GateKeys, timeout_s: float) -> None:
         if self.inner._clock is not None:

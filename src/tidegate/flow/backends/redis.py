@@ -303,9 +303,10 @@ class RedisBackend(_Requests):
             )
         return bool(removed)
 
-    def renew(self, keys: GateKeys, holder: str, lease_ms: float) -> bool:
+    def renew(self, keys: GateKeys, holder: str, lease_ms: float, *, restore: bool = False) -> int:
+        args = [holder, repr(lease_ms), _now_arg(self.clock), "1" if restore else ""]
         with map_redis_errors("lease renew"):
-            return bool(self._renew([keys.leases], [holder, repr(lease_ms), _now_arg(self.clock)]))
+            return int(self._renew([keys.leases], args))
 
     def wait_released(self, keys: GateKeys, timeout_s: float) -> None:
         if self.clock is not None:
@@ -381,11 +382,12 @@ class AsyncRedisBackend(_Requests):
             )
         return bool(removed)
 
-    async def renew(self, keys: GateKeys, holder: str, lease_ms: float) -> bool:
+    async def renew(
+        self, keys: GateKeys, holder: str, lease_ms: float, *, restore: bool = False
+    ) -> int:
+        args = [holder, repr(lease_ms), _now_arg(self.clock), "1" if restore else ""]
         with map_redis_errors("lease renew"):
-            return bool(
-                await self._renew([keys.leases], [holder, repr(lease_ms), _now_arg(self.clock)])
-            )
+            return int(await self._renew([keys.leases], args))
 
     async def wait_released(self, keys: GateKeys, timeout_s: float) -> None:
         if self.clock is not None:
