@@ -19,8 +19,6 @@ lease, exactly as worker processes on several hosts would.
    Reported: the lease count it settles on, throughput against the 20/s the TOS can do,
    and the latency there against the 0.2 s floor.
 
-The controller's quiet period is 30 s here (60 s by default) so the run fits in a few
-minutes; everything else is the default policy.
 
 Run: ``python bench/adaptive.py [--only customs,tos] [--headers none|minute]
 [--seconds 150] [--out bench/results/adaptive.json]``.
@@ -92,7 +90,7 @@ def customs(url: str, *, workers: int, seconds: float, headers: str) -> dict[str
     prefix = f"bench-adaptive-{uuid.uuid4().hex[:8]}"
     store = RedisAdaptiveStore(client)
     policy = AdaptivePolicy(
-        rate=RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True, quiet_s=30.0)
+        rate=RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True)
     )
     gate = Gate(client, "customs", policy=GatePolicy(rate=1.0), prefix=prefix)
     gate.configure(rate=1.0)
