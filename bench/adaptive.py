@@ -89,9 +89,7 @@ def customs(url: str, *, workers: int, seconds: float, headers: str) -> dict[str
     client = client_from_url(url)
     prefix = f"bench-adaptive-{uuid.uuid4().hex[:8]}"
     store = RedisAdaptiveStore(client)
-    policy = AdaptivePolicy(
-        rate=RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True)
-    )
+    policy = AdaptivePolicy(rate=RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True))
     gate = Gate(client, "customs", policy=GatePolicy(rate=1.0), prefix=prefix)
     gate.configure(rate=1.0)
     events = Events()
