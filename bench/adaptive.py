@@ -305,7 +305,9 @@ def variants(url: str, args: argparse.Namespace) -> dict[str, Any]:
             r["variant"], r["accepted"], r["responses_429"], f"{r['share_429']:.2%}",
             r["suspensions"], r["utilisation"], r["utilisation_settled"],
             r["to_90pct_after_start_s"], r["to_90pct_after_increase_s"],
-            r["responses_429_10s_after_drop"], f"{r['drain_s']} / {r['ideal_s']} s",
+            r["responses_429_10s_after_drop"],
+            f"{r['drain_s']} / {r['ideal_s']} s" if r["drain_s"] is not None
+            else f"cut off at 150 s, {r['undelivered_at_cutoff']} left",
         ]
         for r in runs
     ]  # fmt: skip
@@ -324,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tos-seconds", type=float, default=90.0)
     parser.add_argument("--tos-workers", type=int, default=16)
     parser.add_argument("--out", default="bench/results/adaptive.json")
-    parser.add_argument("--units", type=int, default=900, help="variants: the burst")
+    parser.add_argument("--units", type=int, default=600, help="variants: the burst")
     args = parser.parse_args(argv)
     sections = set(args.only.split(","))
     result: dict[str, Any] = {"benchmark": "adaptive", "command": [sys.executable, *sys.argv]}

@@ -88,8 +88,10 @@ class LocalAimd:
         self.next_at = time.monotonic() + retry_after_s
 
 
-def worker(variant: str, url: str, prefix: str, endpoint: str) -> None:
-    """One worker process: take units until the list is empty, send each until accepted."""
+def worker(variant: str, url: str, prefix: str, endpoint: str, max_s: float) -> None:
+    """One worker process: take units until the list is empty (or ``max_s`` has passed
+    since the start: a variant that keeps getting suspended is cut off, its units left
+    undelivered and counted), send each until accepted."""
     client = client_from_url(url)
     units, out = f"{prefix}:bench:units", f"{prefix}:bench:out"
     gate = local = loop = reporter = None
@@ -106,12 +108,13 @@ def worker(variant: str, url: str, prefix: str, endpoint: str) -> None:
         loop, reporter = AdaptiveLoop(controller, gate), AdaptiveReporter(controller)
     client.rpush(f"{prefix}:bench:ready", "1")
     client.blpop([f"{prefix}:bench:go"], timeout=300)  # every process starts at once
+    stop_at = time.monotonic() + max_s
     if loop is not None:
         loop.start()
     with httpx.Client(timeout=30.0) as http:
-        while (unit := client.lpop(units)) is not None:
+        while time.monotonic() < stop_at and (unit := client.lpop(units)) is not None:
             key = unit.decode() if isinstance(unit, bytes) else str(unit)
-            while True:
+            while time.monotonic() < stop_at:
                 if local is not None:
                     local.wait()
                 else:
@@ -157,7 +160,7 @@ def _reach_s(accepted: list[float], start: float, end: float) -> float | None:
 
 
 def run_variant(
-    variant: str, url: str, *, units: int, workers: int, headers: str
+    variant: str, url: str, *, units: int, workers: int, headers: str, max_s: float = 150.0
 ) -> dict[str, Any]:
     client = client_from_url(url)
     prefix = f"bench-variants-{uuid.uuid4().hex[:8]}"
@@ -178,7 +181,7 @@ def run_variant(
     ctx = mp.get_context("spawn")
     with sim:
         procs = [
-            ctx.Process(target=worker, args=(variant, url, prefix, sim.endpoint))
+            ctx.Process(target=worker, args=(variant, url, prefix, sim.endpoint, max_s))
             for _ in range(workers)
         ]
         for proc in procs:
@@ -198,6 +201,7 @@ def run_variant(
         client.delete(key)
     accepted = sorted(at - t0 for at, status in rows if status == 200)
     refused = sorted(at - t0 for at, status in rows if status == 429)
+    undelivered = units - stats["distinct_keys"]
     drain = accepted[-1] if accepted else float("nan")
     cap_area = sum(capacity(i * 0.01) * 0.01 for i in range(int(drain * 100)))
     settled = [(15.0, DIP_AT_S), (DIP_AT_S + DIP_S + 15.0, drain)]
@@ -218,7 +222,8 @@ def run_variant(
         "to_90pct_after_start_s": _reach_s(accepted, 0.0, DIP_AT_S),
         "to_90pct_after_increase_s": _reach_s(accepted, DIP_AT_S + DIP_S, drain),
         "responses_429_10s_after_drop": sum(1 for r in refused if DIP_AT_S <= r < DIP_AT_S + 10),
-        "drain_s": round(drain, 1),
+        "undelivered_at_cutoff": undelivered,
+        "drain_s": round(drain, 1) if not undelivered else None,
         "ideal_s": round(ideal_drain_s(units), 1),
-        "drain_over_ideal": round(drain / ideal_drain_s(units), 2),
+        "drain_over_ideal": round(drain / ideal_drain_s(units), 2) if not undelivered else None,
     }
