@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from tidegate.flow.adaptive._policy import RatePolicy
 
 if TYPE_CHECKING:
-    from tidegate.flow.adaptive._rate import RateState
+    from tidegate.flow.adaptive._rate_types import RateState
 
 __all__ = [
     "consecutive",
