@@ -19,8 +19,6 @@ lease, exactly as worker processes on several hosts would.
    Reported: the lease count it settles on, throughput against the 20/s the TOS can do,
    and the latency there against the 0.2 s floor.
 
-The controller's quiet period is 30 s here (60 s by default) so the run fits in a few
-minutes; everything else is the default policy.
 
 Run: ``python bench/adaptive.py [--only customs,tos] [--headers none|minute]
 [--seconds 150] [--out bench/results/adaptive.json]``.
@@ -91,9 +89,7 @@ def customs(url: str, *, workers: int, seconds: float, headers: str) -> dict[str
     client = client_from_url(url)
     prefix = f"bench-adaptive-{uuid.uuid4().hex[:8]}"
     store = RedisAdaptiveStore(client)
-    policy = AdaptivePolicy(
-        rate=RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True, quiet_s=30.0)
-    )
+    policy = AdaptivePolicy(rate=RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True))
     gate = Gate(client, "customs", policy=GatePolicy(rate=1.0), prefix=prefix)
     gate.configure(rate=1.0)
     events = Events()
@@ -288,6 +284,39 @@ def tos(url: str, *, workers: int, seconds: float) -> dict[str, Any]:
     }
 
 
+def variants(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The issue's four-variant comparison (see ``bench/adaptive_variants.py``)."""
+    from adaptive_variants import DIP_AT_S as AT
+    from adaptive_variants import DIP_S, VARIANTS, run_variant
+
+    watch = CpuWatch()
+    runs = [
+        run_variant(name, url, units=args.units, workers=args.workers, headers=args.headers)
+        for name in VARIANTS
+    ]
+    interference = watch.stop()
+    columns = [
+        "variant", "accepted", "429s", "429 share", "suspensions", "utilisation",
+        "settled", "90 % after start", "90 % after increase", "429s 10 s after drop",
+        "drain / ideal",
+    ]  # fmt: skip
+    rows = [
+        [
+            r["variant"], r["accepted"], r["responses_429"], f"{r['share_429']:.2%}",
+            r["suspensions"], r["utilisation"], r["utilisation_settled"],
+            r["to_90pct_after_start_s"], r["to_90pct_after_increase_s"],
+            r["responses_429_10s_after_drop"],
+            f"{r['drain_s']} / {r['ideal_s']} s" if r["drain_s"] is not None
+            else f"cut off at 150 s, {r['undelivered_at_cutoff']} left",
+        ]
+        for r in runs
+    ]  # fmt: skip
+    print(f"capacity 10/s, 4/s from {AT:.0f} s for {DIP_S:.0f} s; {args.workers} processes")
+    print(md_table(columns, rows))
+    print(describe_interference(interference))
+    return {"runs": runs, "interference": interference, "workers": args.workers}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="customs,tos")
@@ -297,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tos-seconds", type=float, default=90.0)
     parser.add_argument("--tos-workers", type=int, default=16)
     parser.add_argument("--out", default="bench/results/adaptive.json")
+    parser.add_argument("--units", type=int, default=600, help="variants: the burst")
     args = parser.parse_args(argv)
     sections = set(args.only.split(","))
     result: dict[str, Any] = {"benchmark": "adaptive", "command": [sys.executable, *sys.argv]}
@@ -315,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{KILL_AT_S:.0f} s), rate changes {run['rate_changes']}; "
                 + describe_interference(run["interference"])
             )
+        if "variants" in sections:
+            result["variants"] = variants(url, args)
         if "tos" in sections:
             run = tos(url, workers=args.tos_workers, seconds=args.tos_seconds)
             result["tos"] = run

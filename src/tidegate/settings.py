@@ -13,11 +13,15 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tidegate.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from tidegate.flow.adaptive import AdaptivePolicy
 
 __all__ = [
     "DEFAULT_BURST",
@@ -34,6 +38,7 @@ __all__ = [
     "PREFIX_PATTERN",
     "GatePolicy",
     "Settings",
+    "adaptive_policy_from_env",
     "check_range",
     "gate_policy_from_env",
 ]
@@ -169,6 +174,18 @@ def gate_policy_from_env(name: str, env: Mapping[str, str] | None = None) -> Gat
         ),
         lease_s=base.lease_s if lease is None else lease,
     )
+
+
+def adaptive_policy_from_env(
+    name: str, env: Mapping[str, str] | None = None
+) -> AdaptivePolicy | None:
+    """Downstream ``name``'s adaptive policy from ``TIDEGATE_<NAME>_ADAPTIVE`` and its
+    box (``_MIN_RATE``, ``_MAX_RATE``, ``_START_RATE``, ``_SUSPENSION_PRONE``,
+    ``_MIN_CONCURRENCY``, ``_MAX_CONCURRENCY``); ``None`` when ``_ADAPTIVE`` is unset.
+    See :mod:`tidegate.flow.adaptive._env`."""
+    from tidegate.flow.adaptive._env import adaptive_policy_from_env as from_env
+
+    return from_env(name, env)
 
 
 def _as_int(key: str, value: float) -> int:

@@ -153,14 +153,15 @@ def test_saturated_success_raises_the_gates_rate(
         leader.report("ok", latency_ms=40.0, held=True)
         leader.run_once(gate)
 
-    assert gate.state().policy.rate == pytest.approx(3.0)  # 1 + 4 × 0.5
+    assert gate.state().policy.rate == pytest.approx(5.0625)  # 1 × 1.5⁴, the slow start
     assert "rate" in gate.state().overridden
 
 
 def test_a_429_cuts_the_gates_rate_under_a_ceiling(
     controller: Callable[..., AdaptiveController], gate: Gate, clock: ManualClock
 ) -> None:
-    """At 10/s a worker reports a 429: the gate drops to 7/s; the ceiling is 9/s."""
+    """At 10/s the fleet sent 2 calls in a second, one refused: the 429 counts at the
+    2/s actually sent, the ceiling and the gate go just under it (1.8/s)."""
     gate.configure(rate=10.0)
     leader = controller()
     leader.store.elect(leader.keys, "w0", 10_000)
@@ -175,7 +176,7 @@ def test_a_429_cuts_the_gates_rate_under_a_ceiling(
     assert tick is not None
     assert tick.rate is not None
     assert tick.rate.reason == "throttled"
-    assert gate.state().policy.rate == pytest.approx(1.4)  # cut from the 2/s actually sent
+    assert gate.state().policy.rate == pytest.approx(1.8)
     assert tick.rate.state.ceiling == pytest.approx(1.8)
 
 
@@ -305,6 +306,10 @@ def closed_loop(quota_headers: Any, seconds: float = 300.0) -> dict[str, Any]:
                 rates.append(gate.state().policy.rate)
                 next_tick += 1000.0
             permit = gate.acquire(max_wait=60)
+            while clock.now_ms() >= next_tick:  # the tick thread runs during the wait
+                controller.run_once(gate)
+                rates.append(gate.state().policy.rate)
+                next_tick += 1000.0
             sent += 1
             answer = http.post(
                 sim.endpoint, json={"n": sent}, headers={"Idempotency-Key": f"k{sent}"}
@@ -335,17 +340,24 @@ def per_second(times: list[float], start: float, end: float) -> float:
 
 
 def test_closed_loop_without_headers_learns_the_schedule_from_429s_alone() -> None:
-    """Never told the capacity: 8+/s of the 10/s, under 4/s in the dip, no suspension,
-    a handful of 429s, and climbing back above the dip's rate once it is over."""
+    """Never told the capacity, through the real gate and the real sim over HTTP: no
+    suspension, ~90 % of the 10/s used, under 4/s in the dip, back near 10/s after it.
+
+    The 429s come in pairs here (1.5 % of the calls): this single-threaded harness
+    ticks between calls, so the slot reserved right after a failed probe's pause is
+    still spaced at the probe's rate. A worker's tick thread runs during the pause;
+    ``bench/adaptive.py`` measures that case.
+    """
     run = closed_loop("none")
 
     assert run["suspensions"] == 0
-    assert len(run["throttled"]) <= 10
-    assert sum(1 for t in run["throttled"] if t < 100) <= 2  # the discovery
-    assert per_second(run["accepted"], 20, 100) >= 8.0
-    assert sum(1 for t in run["throttled"] if 110 <= t < 160) <= 2
-    assert per_second(run["accepted"], 250, 300) > 4.0
-    assert max(run["rates"][:100]) <= 10.0 * 1.05
+    assert len(run["throttled"]) <= 0.02 * len(run["accepted"])
+    assert sum(1 for t in run["throttled"] if t < 20) <= 2  # the discovery
+    assert per_second(run["accepted"], 20, 100) >= 8.5
+    assert per_second(run["accepted"], 110, 160) <= 4.0
+    assert sum(1 for t in run["throttled"] if 100 <= t < 160) <= 8  # the fall, 3 probes
+    assert per_second(run["accepted"], 200, 300) >= 8.0
+    assert max(run["rates"][:100]) <= 10.0 * 1.5  # one probe's factor at most
 
 
 def test_closed_loop_with_a_quota_header_needs_no_429_to_find_the_rate() -> None:

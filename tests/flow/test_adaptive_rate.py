@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -28,11 +27,12 @@ from tidegate.flow.adaptive import (
     decide_rate,
     initial_rate_state,
 )
+from tidegate.sim._model import run_model
 
 T0 = 1_700_000_000_000.0
 
 policies = st.builds(
-    lambda lo, span, step, cut, prone, margin, quiet, reprobe, headroom, recover: RatePolicy(
+    lambda lo, span, step, cut, prone, margin, quiet, reprobe, headroom, recover, more: RatePolicy(
         min_rate=lo,
         max_rate=lo + span,
         increase_per_s=step,
@@ -40,7 +40,9 @@ policies = st.builds(
         suspension_prone=prone,
         ceiling_margin=margin,
         quiet_s=quiet,
+        max_quiet_s=quiet * more,
         reprobe_factor=reprobe,
+        min_reprobe_factor=1.0 + (reprobe - 1.0) / 4.0,
         headroom=headroom,
         recover_s=recover,
     ),
@@ -54,6 +56,7 @@ policies = st.builds(
     st.floats(1.01, 2),
     st.floats(0.5, 1),
     st.sampled_from([0.0, 2.0, 10.0, 60.0]),
+    st.sampled_from([1.0, 2.0, 5.0]),
 )
 
 hints = st.one_of(
@@ -107,29 +110,31 @@ def test_the_rate_never_leaves_the_operators_box(
 def test_a_suspension_prone_downstream_is_never_sent_above_its_ceiling(
     policy: RatePolicy, steps: list[tuple[float, RateWindow]]
 ) -> None:
-    """Once a 429 was seen: rate <= ceiling, and within the quiet period after a 429 the
-    rate stays at most ``margin ×`` the rate at which the 429 that set the ceiling
-    appeared (or the floor); echoes within settle_s keep that ceiling."""
+    """Once a ceiling exists the rate stays under it; a 429 that moves the ceiling
+    puts it below the rate the 429 appeared at (or at the floor); only a probe
+    ("reprobe") or a rising advertisement ("advertised") raises it, and an echo within
+    settle_s leaves it."""
     prone = RatePolicy(**{**_fields(policy), "suspension_prone": True})
-    bound, throttled_at = math.inf, None
     for decision in run(prone, steps):
-        state, window_throttled = decision.state, decision.reason == "throttled"
-        if window_throttled:
-            assert state.ceiling is not None
-            previous = decision.previous
-            if (state.ceiling, state.ceiling_set_ms) != (previous.ceiling, previous.ceiling_set_ms):
-                # this 429 set the ceiling
-                bound = max(prone.min_rate, previous.rate * prone.ceiling_margin)
-            else:  # an echo: within settle_s of the one that did, the ceiling stays
-                assert state.ceiling == decision.previous.ceiling
-                assert state.ceiling_set_ms is not None
-                assert state.updated_ms - state.ceiling_set_ms < prone.settle_s * 1000
-            throttled_at = state.updated_ms
+        state, previous = decision.state, decision.previous
+        moved = state.ceiling != previous.ceiling
+        if decision.reason == "throttled" and moved and state.ceiling is not None:
+            assert state.ceiling < previous.rate or state.ceiling == prone.min_rate
+        if decision.reason == "throttled" and previous.ceiling is not None:
+            assert state.ceiling is not None  # a 429 never forgets a ceiling
+        if decision.reason == "throttled" and previous.ceiling_set_ms is not None:
+            echo = state.updated_ms - previous.ceiling_set_ms < prone.settle_s * 1000  # type: ignore[operator]
+            if echo and previous.probe_from is None:
+                assert state.ceiling == previous.ceiling
+        raised = (
+            state.ceiling is not None
+            and previous.ceiling is not None
+            and state.ceiling > previous.ceiling
+        )
+        if raised:
+            assert decision.reason in {"reprobe", "advertised"}
         if state.ceiling is not None:
             assert state.rate <= state.ceiling + 1e-9
-        assert throttled_at is None or state.updated_ms is not None
-        if throttled_at is not None and state.updated_ms - throttled_at < prone.quiet_s * 1000:
-            assert state.rate <= bound + 1e-9
 
 
 def _fields(policy: RatePolicy) -> dict[str, Any]:
@@ -165,7 +170,9 @@ def test_a_429_storm_backs_off_monotonically_to_the_floor(
     rates = [state.rate] + [d.state.rate for d in decisions]
     assert all(later <= earlier for earlier, later in itertools.pairwise(rates))
     assert all(d.reason == "throttled" for d in decisions)
-    needed = math.ceil(math.log(policy.min_rate / state.rate) / math.log(policy.decrease_factor))
+    # A lone 429 on a suspension-prone downstream cuts to just under it (×margin).
+    step = max(policy.decrease_factor, policy.ceiling_margin if policy.suspension_prone else 0)
+    needed = math.ceil(math.log(policy.min_rate / state.rate) / math.log(step))
     if len(decisions) >= max(1, needed):
         assert rates[-1] == pytest.approx(policy.min_rate)
 
@@ -229,18 +236,23 @@ def test_frozen_or_off_keeps_the_learned_state(
 
 # -- examples ---------------------------------------------------------------------------
 
-PRONE = RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True, increase_per_s=0.5)
+PRONE = RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True)
+PLAIN = RatePolicy(min_rate=1.0, max_rate=50.0)
+SATURATED = RateWindow(successes=9, saturated=True)
 
 
-def test_a_429_cuts_and_sets_the_ceiling_just_below_it() -> None:
-    """rate 10 → 7 (×0.7), ceiling 9 (×0.9), reason "throttled", the 429 time kept."""
-    decision = decide_rate(RateState(rate=10.0), RateWindow(throttled=2), PRONE, now_ms=T0)
+def test_a_lone_429_sets_the_ceiling_just_below_it_and_goes_there() -> None:
+    """Suspension-prone: 429 at 10/s → ceiling and rate 9 (×0.9), the 429's rate kept
+    as the bisection's upper end; plain AIMD cuts ×0.7 and keeps no ceiling."""
+    prone = decide_rate(RateState(rate=10.0), RateWindow(throttled=2), PRONE, now_ms=T0)
+    plain = decide_rate(RateState(rate=10.0), RateWindow(throttled=2), PLAIN, now_ms=T0)
 
-    assert decision.reason == "throttled"
-    assert decision.state.rate == pytest.approx(7.0)
-    assert decision.state.ceiling == pytest.approx(9.0)
-    assert decision.state.last_rejection_ms == T0
-    assert decision.changed
+    assert prone.reason == "throttled"
+    assert (prone.state.rate, prone.state.ceiling) == (pytest.approx(9.0), pytest.approx(9.0))
+    assert prone.state.bad_rate == 10.0
+    assert prone.state.last_rejection_ms == T0
+    assert prone.changed
+    assert (plain.state.rate, plain.state.ceiling) == (pytest.approx(7.0), None)
 
 
 def test_a_429_counts_at_the_rate_actually_sent() -> None:
@@ -248,7 +260,7 @@ def test_a_429_counts_at_the_rate_actually_sent() -> None:
     window = RateWindow(throttled=1, sent_rate=4.0)
     decision = decide_rate(RateState(rate=10.0), window, PRONE, now_ms=T0)
 
-    assert decision.state.rate == pytest.approx(2.8)
+    assert decision.state.rate == pytest.approx(3.6)
     assert decision.state.ceiling == pytest.approx(3.6)
 
 
@@ -258,26 +270,43 @@ def test_a_saturated_window_counts_the_429_at_the_gates_rate() -> None:
     window = RateWindow(throttled=1, saturated=True, sent_rate=2.0)
     decision = decide_rate(RateState(rate=10.0), window, PRONE, now_ms=T0)
 
-    assert decision.state.rate == pytest.approx(7.0)
     assert decision.state.ceiling == pytest.approx(9.0)
 
 
-def test_an_echo_within_settle_s_cuts_the_rate_but_keeps_the_ceiling() -> None:
-    """429 at 10/s → ceiling 9, rate 7; another 429 1 s later (a slot reserved at the
-    old spacing) → rate 4.9, ceiling still 9; one 3 s later is news → ceiling 6.3."""
+def test_a_429_in_the_slow_start_sets_the_ceiling_at_the_last_clean_rate() -> None:
+    """Growing ×1.5 a tick: clean at 6/s, 429 at 9/s — the capacity lies between, so
+    the ceiling is 6, not 8.1."""
+    state = RateState(rate=6.0, updated_ms=T0)
+    clean = decide_rate(state, SATURATED, PRONE, now_ms=T0 + 1_000)
+    assert clean.state.rate == pytest.approx(9.0)
+    refused = decide_rate(clean.state, RateWindow(throttled=1), PRONE, now_ms=T0 + 2_000)
+
+    assert refused.state.ceiling == pytest.approx(6.0)
+    assert refused.state.rate == pytest.approx(6.0)
+
+
+def test_a_second_429_in_a_row_cuts_deep_and_an_echo_keeps_the_ceiling() -> None:
+    """429 at 10/s → 9/9. Another 1.5 s later: the capacity fell by more than a cut —
+    ×0.49 to 4.41 and the ceiling just under that (3.97). One 0.5 s later is an echo
+    (within settle_s): cut once (×0.7), ceiling kept. One 5 s later is a lone 429
+    again → 8.1."""
     first = decide_rate(RateState(rate=10.0), RateWindow(throttled=1), PRONE, now_ms=T0)
-    echo = decide_rate(first.state, RateWindow(throttled=1), PRONE, now_ms=T0 + 1_000)
-    news = decide_rate(first.state, RateWindow(throttled=1), PRONE, now_ms=T0 + 3_000)
+    again = decide_rate(first.state, RateWindow(throttled=1), PRONE, now_ms=T0 + 1_500)
+    echo = decide_rate(first.state, RateWindow(throttled=1), PRONE, now_ms=T0 + 500)
+    lone = decide_rate(first.state, RateWindow(throttled=1), PRONE, now_ms=T0 + 5_000)
 
-    assert (echo.state.rate, echo.state.ceiling) == (pytest.approx(4.9), pytest.approx(9.0))
+    assert (again.state.rate, again.state.ceiling) == (
+        pytest.approx(3.969),
+        pytest.approx(3.969),
+    )
+    assert (echo.state.rate, echo.state.ceiling) == (pytest.approx(6.3), pytest.approx(9.0))
     assert echo.state.ceiling_set_ms == T0
-    assert (news.state.rate, news.state.ceiling) == (pytest.approx(4.9), pytest.approx(6.3))
-    assert news.state.ceiling_set_ms == T0 + 3_000
+    assert (lone.state.rate, lone.state.ceiling) == (pytest.approx(8.1), pytest.approx(8.1))
 
 
-def test_a_429_with_headers_goes_straight_down_to_the_advertised_rate() -> None:
-    """9.5/s, a 429 whose answer advertises 240 per minute: 3.8/s at once, not 6.65 (a
-    ×0.7 cut per tick while the downstream keeps counting offences)."""
+def test_a_429_under_headers_that_say_less_follows_them_and_keeps_no_ceiling() -> None:
+    """9.5/s, a 429 whose answer advertises 240 per minute: the quota fell and the
+    headers said so — 3.8/s at once, and no ceiling below what they advertise."""
     hint = RateLimitHint(limit=240, window_s=60)
     decision = decide_rate(
         RateState(rate=9.5), RateWindow(throttled=2, hint=hint), PRONE, now_ms=T0
@@ -285,17 +314,21 @@ def test_a_429_with_headers_goes_straight_down_to_the_advertised_rate() -> None:
 
     assert decision.reason == "throttled"
     assert decision.state.rate == pytest.approx(3.8)
-    assert decision.state.ceiling == pytest.approx(8.55)
+    assert decision.state.ceiling is None
 
 
 def test_a_429_never_raises_the_rate_to_a_generous_advertisement() -> None:
-    """Headers claiming 50/s on a 429: the cut stands (a 429 outranks an advertisement)."""
+    """Headers claiming 50/s on a 429 at 9.5/s: they overstate, the ceiling goes under
+    the 429 (8.55) and the rate with it."""
     hint = RateLimitHint(limit=50, window_s=1)
     decision = decide_rate(
         RateState(rate=9.5), RateWindow(throttled=1, hint=hint), PRONE, now_ms=T0
     )
 
-    assert decision.state.rate == pytest.approx(6.65)
+    assert (decision.state.rate, decision.state.ceiling) == (
+        pytest.approx(8.55),
+        pytest.approx(8.55),
+    )
 
 
 def test_a_503_cuts_without_moving_the_ceiling() -> None:
@@ -308,25 +341,27 @@ def test_a_503_cuts_without_moving_the_ceiling() -> None:
     assert decision.state.ceiling == 9.0
 
 
-def test_a_plain_downstream_keeps_no_ceiling() -> None:
-    """Without the suspension-prone flag a 429 cuts but leaves no ceiling (plain AIMD)."""
-    plain = RatePolicy(min_rate=1.0, max_rate=50.0)
-    decision = decide_rate(RateState(rate=10.0), RateWindow(throttled=1), plain, now_ms=T0)
-
-    assert decision.state.ceiling is None
-    assert decision.state.rate == pytest.approx(7.0)
-
-
-def test_saturated_success_grows_additively_by_elapsed_time() -> None:
-    """0.5/s per second, 2 s since the last decision: 3 → 4; the step is capped at 5 s."""
+def test_growth_is_multiplicative_below_a_ceiling_and_additive_above_what_worked() -> None:
+    """Slow start ×1.5 a second (2 s: 3 → 6.75, and the credit is capped at
+    max_step_s); up to a ceiling of 5 the same, stopping at it; a plain downstream
+    after a rejection grows additively (0.1/s: 3 → 3.2)."""
     state = RateState(rate=3.0, updated_ms=T0)
-    window = RateWindow(successes=6, saturated=True)
+    grown = decide_rate(state, SATURATED, PRONE, now_ms=T0 + 2_000)
+    capped = decide_rate(state, SATURATED, PRONE, now_ms=T0 + 3_600_000)
+    under = decide_rate(
+        replace(state, ceiling=5.0, last_rejection_ms=T0 - 60_000),
+        SATURATED,
+        PRONE,
+        now_ms=T0 + 2_000,
+    )
+    additive = decide_rate(
+        replace(state, last_rejection_ms=T0 - 60_000), SATURATED, PLAIN, now_ms=T0 + 2_000
+    )
 
-    grown = decide_rate(state, window, PRONE, now_ms=T0 + 2_000)
-    capped = decide_rate(state, window, PRONE, now_ms=T0 + 3_600_000)
-
-    assert (grown.reason, grown.state.rate) == ("increase", pytest.approx(4.0))
-    assert capped.state.rate == pytest.approx(3.0 + 0.5 * PRONE.max_step_s)
+    assert (grown.reason, grown.state.rate) == ("increase", pytest.approx(6.75))
+    assert capped.state.rate == pytest.approx(6.75)
+    assert under.state.rate == pytest.approx(5.0)
+    assert additive.state.rate == pytest.approx(3.2)
 
 
 def test_an_idle_gate_learns_nothing() -> None:
@@ -337,35 +372,63 @@ def test_an_idle_gate_learns_nothing() -> None:
     assert (decision.reason, decision.state.rate, decision.changed) == ("not_saturated", 3.0, False)
 
 
-def test_at_the_ceiling_the_controller_waits_for_quiet_then_raises_a_little() -> None:
-    """At the ceiling: hold while a 429 is recent; after quiet_s, ceiling × reprobe_factor."""
+def test_at_the_ceiling_the_controller_waits_then_probes() -> None:
+    """At the ceiling: hold while a 429 is recent; after quiet_s (4 s), ceiling × 1.5 —
+    or, right after a failed probe, halfway to that 429's rate (9 → 9.5 under 10)."""
     state = RateState(rate=9.0, ceiling=9.0, last_rejection_ms=T0, updated_ms=T0)
-    window = RateWindow(successes=9, saturated=True)
 
-    early = decide_rate(state, window, PRONE, now_ms=T0 + 30_000)
-    late = decide_rate(state, window, PRONE, now_ms=T0 + 60_000)
+    early = decide_rate(state, SATURATED, PRONE, now_ms=T0 + 3_000)
+    late = decide_rate(state, SATURATED, PRONE, now_ms=T0 + 4_000)
+    halfway = decide_rate(replace(state, bad_rate=10.0), SATURATED, PRONE, now_ms=T0 + 4_000)
 
     assert (early.reason, early.state.ceiling) == ("at_ceiling", 9.0)
     assert late.reason == "reprobe"
-    assert late.state.ceiling == pytest.approx(9.9)
-    assert late.state.rate == 9.0  # the rate climbs to it additively afterwards
-    assert late.state.last_reprobe_ms == T0 + 60_000
+    assert late.state.ceiling == pytest.approx(13.5)
+    assert late.state.rate == 9.0  # the rate climbs to it afterwards
+    assert (late.state.probe_from, late.state.last_reprobe_ms) == (9.0, T0 + 4_000)
+    assert (late.previous.ceiling, late.changed) == (9.0, True)
+    assert halfway.state.ceiling == pytest.approx(9.5)
 
 
-def test_a_second_raise_waits_a_full_quiet_period_after_the_first() -> None:
-    """Raised at t=60 s, climbed to the new ceiling by t=62 s: the next raise comes at
-    t=120 s, not as soon as the rate touches the new ceiling."""
+def test_a_probe_that_holds_for_quiet_s_worked_and_the_next_follows() -> None:
+    """Never refused again: probes every quiet_s (4 s), ×1.5 each, up to the maximum."""
     state = RateState(rate=9.0, ceiling=9.0, last_rejection_ms=T0, updated_ms=T0)
-    window = RateWindow(successes=9, saturated=True)
-    reasons = {}
-    for second in range(60, 125):
-        decision = decide_rate(state, window, PRONE, now_ms=T0 + second * 1000.0)
+    reasons, ceilings = {}, []
+    for second in range(1, 30):
+        decision = decide_rate(state, SATURATED, PRONE, now_ms=T0 + second * 1000.0)
         reasons[second] = decision.reason
+        if decision.reason == "reprobe":
+            ceilings.append(decision.state.ceiling)
         state = decision.state
 
-    raises = [second for second, reason in reasons.items() if reason == "reprobe"]
-    assert raises == [60, 120]
-    assert reasons[70] == "at_ceiling"
+    assert [second for second, reason in reasons.items() if reason == "reprobe"] == [
+        4,
+        8,
+        12,
+        16,
+        20,
+    ]
+    assert ceilings == pytest.approx([13.5, 20.25, 30.375, 45.5625, 50.0])
+    assert reasons[29] == "at_max"
+
+
+def test_a_failed_probe_goes_back_to_where_it_started_and_waits_twice_as_long() -> None:
+    """Probing 9 → 9.5, a 429 at 9.5: ceiling and rate back to 9, 9.5 remembered as
+    the upper end, the wait doubled (4 → 8 s)."""
+    state = RateState(rate=9.0, ceiling=9.0, last_rejection_ms=T0, updated_ms=T0, bad_rate=10.0)
+    probe = decide_rate(state, SATURATED, PRONE, now_ms=T0 + 4_000).state
+    climbed = decide_rate(probe, SATURATED, PRONE, now_ms=T0 + 5_000).state
+    assert climbed.rate == pytest.approx(9.5)
+
+    failed = decide_rate(climbed, RateWindow(throttled=1), PRONE, now_ms=T0 + 6_000)
+
+    assert (failed.state.rate, failed.state.ceiling) == (pytest.approx(9.0), pytest.approx(9.0))
+    assert (failed.state.bad_rate, failed.state.quiet_s) == (pytest.approx(9.5), 8.0)
+    assert failed.state.probe_from is None
+    early = decide_rate(failed.state, SATURATED, PRONE, now_ms=T0 + 13_000)
+    late = decide_rate(failed.state, SATURATED, PRONE, now_ms=T0 + 14_000)
+    assert (early.reason, late.reason) == ("at_ceiling", "reprobe")
+    assert late.state.ceiling == pytest.approx(9.45)  # ≥ ×1.05 even within 9.5
 
 
 def test_headers_jump_straight_to_the_advertised_rate() -> None:
@@ -391,35 +454,50 @@ def test_an_exhausted_quota_asks_for_a_pause_until_the_reset() -> None:
     assert decision.event()["pause_s"] == 12
 
 
-def test_headers_cannot_lift_the_ceiling_until_the_quiet_period_is_over() -> None:
-    """A 429 at 9/s, then headers claiming 20/s: capped at the ceiling for quiet_s,
-    after which the advertisement becomes the new ceiling."""
-    hint = RateLimitHint(limit=20, window_s=1)
-    state = RateState(rate=5.0, ceiling=8.1, last_rejection_ms=T0, updated_ms=T0)
+def test_headers_above_a_ceiling_only_cap_the_probes() -> None:
+    """A 429 left the ceiling at 8.1 under headers claiming 20/s: the controller probes
+    as without headers (8.1 × 1.5) but once per hinted_quiet_s (60 s), and a probe
+    never passes what they advertise (9/s → 8.55)."""
+    state = RateState(rate=8.1, ceiling=8.1, last_rejection_ms=T0, updated_ms=T0)
+    generous = RateWindow(successes=8, saturated=True, hint=RateLimitHint(limit=20, window_s=1))
+    tight = RateWindow(successes=8, saturated=True, hint=RateLimitHint(limit=9, window_s=1))
 
-    soon = decide_rate(state, RateWindow(hint=hint), PRONE, now_ms=T0 + 10_000)
-    later = decide_rate(state, RateWindow(hint=hint), PRONE, now_ms=T0 + 61_000)
+    soon = decide_rate(state, generous, PRONE, now_ms=T0 + 59_000)
+    probe = decide_rate(state, generous, PRONE, now_ms=T0 + 60_000)
+    capped = decide_rate(state, tight, PRONE, now_ms=T0 + 60_000)
 
-    assert (soon.state.rate, soon.state.ceiling) == (pytest.approx(8.1), 8.1)
-    assert (later.state.rate, later.state.ceiling) == (pytest.approx(19.0), pytest.approx(19.0))
+    assert (soon.reason, soon.state.rate, soon.state.ceiling) == ("at_ceiling", 8.1, 8.1)
+    assert (probe.reason, probe.state.ceiling) == ("reprobe", pytest.approx(12.15))
+    assert capped.state.ceiling == pytest.approx(8.55)
+
+
+def test_a_ceiling_under_headers_follows_them_up_when_the_quota_rises() -> None:
+    """A 429 at 9.5/s under an advertised 10/s left the ceiling at 8.55; the quota
+    then rises to 20/s: the ceiling keeps its fraction (17.1), at once."""
+    hint = RateLimitHint(limit=600, window_s=60)
+    cut = decide_rate(RateState(rate=9.5), RateWindow(throttled=1, hint=hint), PRONE, now_ms=T0)
+    assert (cut.state.ceiling, cut.state.advertised_rate) == (pytest.approx(8.55), 10.0)
+    risen = RateWindow(successes=8, saturated=True, hint=RateLimitHint(limit=1200, window_s=60))
+
+    decision = decide_rate(cut.state, risen, PRONE, now_ms=T0 + 1_000)
+
+    assert (decision.reason, decision.state.ceiling) == ("advertised", pytest.approx(17.1))
 
 
 def test_headers_lift_the_rate_only_after_recover_s() -> None:
-    """Cut to 6.65 by a 429 at T0: headers saying 9.5/s keep 6.65 for recover_s (10 s),
-    then lift it to the ceiling; headers saying less still lower it at once."""
-    state = RateState(
-        rate=6.65, ceiling=8.55, ceiling_set_ms=T0, last_rejection_ms=T0, updated_ms=T0
-    )
+    """Cut to 3.8 by a 429 at T0: headers saying 9.5/s keep 3.8 for recover_s (2 s),
+    then lift it; headers saying less lower it at once."""
+    state = RateState(rate=3.8, last_rejection_ms=T0, updated_ms=T0)
     generous = RateWindow(hint=RateLimitHint(limit=600, window_s=60))
-    meagre = RateWindow(hint=RateLimitHint(limit=240, window_s=60))
+    meagre = RateWindow(hint=RateLimitHint(limit=120, window_s=60))
 
-    early = decide_rate(state, generous, PRONE, now_ms=T0 + 5_000)
-    later = decide_rate(state, generous, PRONE, now_ms=T0 + 10_000)
-    lower = decide_rate(state, meagre, PRONE, now_ms=T0 + 5_000)
+    early = decide_rate(state, generous, PRONE, now_ms=T0 + 1_000)
+    later = decide_rate(state, generous, PRONE, now_ms=T0 + 2_000)
+    lower = decide_rate(state, meagre, PRONE, now_ms=T0 + 1_000)
 
-    assert early.state.rate == pytest.approx(6.65)
-    assert later.state.rate == pytest.approx(8.55)
-    assert lower.state.rate == pytest.approx(3.8)
+    assert early.state.rate == pytest.approx(3.8)
+    assert later.state.rate == pytest.approx(9.5)
+    assert lower.state.rate == pytest.approx(1.9)
 
 
 def test_a_narrowed_box_brings_the_learned_rate_back_inside() -> None:
@@ -444,7 +522,7 @@ def test_the_event_has_stable_keys() -> None:
 
     assert decision.event() == {
         "reason": "throttled",
-        "rate": 7.0,
+        "rate": 9.0,
         "previous_rate": 10.0,
         "ceiling": 9.0,
         "previous_ceiling": None,
@@ -455,10 +533,19 @@ def test_the_event_has_stable_keys() -> None:
 def test_the_state_round_trips_through_plain_data() -> None:
     """as_dict → from_dict is the identity; garbage is a ConfigurationError."""
     state = RateState(
-        rate=4.5, ceiling=6.0, ceiling_set_ms=T0, last_rejection_ms=T0, updated_ms=T0 + 1
+        rate=4.5,
+        ceiling=6.0,
+        ceiling_set_ms=T0,
+        last_rejection_ms=T0,
+        updated_ms=T0 + 1,
+        good_rate=4.0,
+        bad_rate=7.0,
+        probe_from=5.0,
+        quiet_s=8.0,
     )
 
     assert RateState.from_dict(state.as_dict()) == state
+    assert RateState.from_dict({"rate": 2.0}) == RateState(rate=2.0)  # older records
     with pytest.raises(ConfigurationError):
         RateState.from_dict({"rate": "fast"})
     with pytest.raises(ConfigurationError):
@@ -486,6 +573,10 @@ def test_the_state_round_trips_through_plain_data() -> None:
         {"max_step_s": -1},
         {"suspension_prone": "yes"},
         {"min_rate": True},
+        {"growth_per_s": 0},
+        {"quiet_s": 30, "max_quiet_s": 10},
+        {"min_reprobe_factor": 1.0},
+        {"reprobe_factor": 1.2, "min_reprobe_factor": 1.3},
     ],
 )
 def test_nonsense_policies_are_configuration_errors(kwargs: dict[str, Any]) -> None:
@@ -510,80 +601,106 @@ def test_a_non_finite_clock_is_refused() -> None:
         decide_rate(RateState(rate=1.0), RateWindow(), PRONE, now_ms=math.nan)
 
 
-# -- scenarios against a model downstream -----------------------------------------------
+# -- scenarios on the sans-I/O model (tidegate.sim._model) ---------------------------------
+
+MAINTENANCE = [(120.0, 4.0), (180.0, 10.0)]  # 10/s, 4/s for a maintenance minute, 10/s
 
 
-@dataclass
-class Trace:
-    rates: list[float]
-    throttled_at: list[int]
-    decisions: list[RateDecision]
+@pytest.mark.parametrize(
+    ("capacity", "dip", "burst", "jitter_s"),
+    [
+        (10.0, 4.0, 1, 0.0),
+        (10.0, 4.0, 2, 0.0),
+        (10.0, 4.0, 2, 0.03),
+        (10.0, 4.0, 5, 0.03),
+        (25.0, 8.0, 1, 0.0),
+        (25.0, 8.0, 2, 0.03),
+    ],
+    ids=str,
+)
+def test_scenario_meets_the_goals_through_a_maintenance_dip(
+    capacity: float, dip: float, burst: int, jitter_s: float
+) -> None:
+    """Never told the capacity (e.g. 10/s, 4/s from 120 s to 180 s, then 10/s), no
+    headers, a gateway that suspends after 5 429s in 10 s: no suspension, 429s <= 1 %
+    of accepted calls, >= 90 % of the capacity used once converged, 90 % of it reached
+    within 30 s of the start and of the increase, at or under the lower one within 5 s.
+
+    Where the goals are not met (measured, not asserted): a burst of 3 at 10/s uses
+    89.7-91 %; at 3/s one failed probe per ``max_quiet_s`` is 2.3-2.6 % of the calls
+    (a longer ``max_quiet_s`` trades it for a slower discovery of an increase).
+    """
+    run_ = run_model(
+        RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True),
+        seconds=420,
+        capacity=capacity,
+        schedule=[(120.0, dip), (180.0, capacity)],
+        burst=burst,
+        jitter_s=jitter_s,
+    )
+
+    assert run_.suspensions == 0
+    assert run_.throttled_share() <= 0.01
+    assert run_.utilisation(40, 120) >= 0.9
+    assert run_.utilisation(240, 420) >= 0.9
+    assert (run_.reach_s(0) or math.inf) <= 30
+    assert (run_.reach_s(180) or math.inf) <= 30
+    assert (run_.under_s(120) or math.inf) <= 5
 
 
-def drive(
-    policy: RatePolicy,
-    capacity: Callable[[int], float],
-    seconds: int,
-    *,
-    advertise: Callable[[int], RateLimitHint | None] = lambda _t: None,
-) -> Trace:
-    """One decision per second; a rate above the second's capacity draws a 429."""
-    state, trace = initial_rate_state(policy), Trace([], [], [])
-    for t in range(seconds):
-        cap = capacity(t)
-        over = state.rate > cap
-        window = RateWindow(
-            successes=math.floor(min(state.rate, cap)),
-            throttled=1 if over else 0,
-            saturated=True,
-            sent_rate=state.rate,
-            hint=advertise(t),
-        )
-        decision = decide_rate(state, window, policy, now_ms=T0 + t * 1000.0)
-        if over:
-            trace.throttled_at.append(t)
-        trace.decisions.append(decision)
-        state = decision.state
-        trace.rates.append(state.rate)
-    return trace
+def test_scenario_a_fixed_gate_at_the_quota_is_suspended_in_the_dip() -> None:
+    """The baseline the controller exists for: a gate fixed at the day's 10/s meets the
+    maintenance minute at full speed and gets the fleet suspended."""
+    fixed = run_model(None, fixed_rate=10.0, seconds=420, capacity=10.0, schedule=MAINTENANCE)
+
+    assert fixed.suspensions >= 1
 
 
-def maintenance(t: int) -> float:
-    """10/s, then 4/s for a maintenance minute at t = 300 s, then 10/s again."""
-    return 4.0 if 300 <= t < 360 else 10.0
+@pytest.mark.parametrize(("burst", "jitter_s"), [(1, 0.0), (2, 0.03)], ids=str)
+def test_scenario_headers_reach_the_rate_with_no_429_at_all(burst: int, jitter_s: float) -> None:
+    """The sim's X-RateLimit-Limit-Minute on every answer, capacity steady: straight
+    to 95 % of it from the first answers, and not one 429."""
+    run_ = run_model(
+        PRONE, seconds=300, capacity=10.0, burst=burst, jitter_s=jitter_s, headers=True
+    )
+
+    assert sum(run_.throttled) == 0
+    assert run_.utilisation(2, 300) >= 0.9
 
 
-def test_scenario_learns_capacity_rides_out_maintenance_and_recovers() -> None:
-    """Never told the schedule: climbs to ~10/s with one 429 per quiet period at most,
-    is below 4/s within seconds of the dip, and climbs back once the dip is over."""
-    trace = drive(PRONE, maintenance, 1_200)
-    before = [t for t in trace.throttled_at if t < 300]
-    during = [t for t in trace.throttled_at if 300 <= t < 360]
-    after = [t for t in trace.throttled_at if t >= 360]
+def test_scenario_headers_cost_one_429_when_the_quota_falls() -> None:
+    """With the maintenance dip the header changes in the same instant as the bucket:
+    the call already spaced for 10/s draws the one 429 nobody could avoid, the next
+    decision follows the header down, and it climbs back with no 429."""
+    run_ = run_model(PRONE, seconds=300, capacity=10.0, schedule=MAINTENANCE, headers=True)
 
-    assert before
-    assert len(before) <= 1 + 300 // 60
-    assert max(trace.rates[100:300]) <= 10.0 * 1.1  # never more than one step above it
-    assert min(trace.rates[100:300]) >= 6.0  # and no needless collapse
-    assert during
-    assert during[0] == 300
-    assert all(rate <= 4.0 for rate in trace.rates[315:360])  # settled under the dip
-    assert len(during) <= 6
-    assert len(after) <= (1_200 - 360) // 60  # one 429 per quiet period at most
-    assert trace.rates[-1] >= 7.0  # recovered well above the dip's 4/s
+    assert [t for t, n in enumerate(run_.throttled) if n] == [120]
+    assert sum(run_.throttled) == 1
+    assert (run_.reach_s(180) or math.inf) <= 2
 
 
-def test_scenario_a_plain_downstream_keeps_probing() -> None:
-    """The same schedule without the flag: plain AIMD saws into the capacity often —
-    the reason the flag exists."""
-    plain = RatePolicy(min_rate=1.0, max_rate=50.0, increase_per_s=0.5)
-    prone = drive(PRONE, maintenance, 1_200)
-    aimd = drive(plain, maintenance, 1_200)
+def test_scenario_headers_against_jittered_arrivals_cost_few_429s() -> None:
+    """Where headers still drew 429s: arrivals bunched by 30 ms of network jitter
+    against a burst of 1 (95 % of the advertised rate leaves 5 ms of slack). That is
+    no rate the headers can tell; the 429 sets a ceiling under the advertisement,
+    probed towards it once a minute, and follows it up when the quota rises. At most
+    one 429 per 40 s (the controller before this drew 10 in 300 s), no suspension."""
+    run_ = run_model(
+        PRONE,
+        seconds=300,
+        capacity=10.0,
+        schedule=MAINTENANCE,
+        burst=1,
+        jitter_s=0.03,
+        headers=True,
+    )
 
-    assert len(aimd.throttled_at) > 2 * len(prone.throttled_at)
+    assert sum(run_.throttled) <= 300 // 40
+    assert run_.suspensions == 0
+    assert (run_.reach_s(180, fraction=0.7) or math.inf) <= 30
 
 
-def test_scenario_headers_reach_the_rate_with_no_429_at_all() -> None:
+def test_scenario_headers_reach_a_fixed_window_quota_with_no_429_at_all() -> None:
     """A fixed-window quota of 600 per minute that says what is left: the controller
     follows the headers, finishes at the quota's pace and never draws a 429."""
     quota, window_s = 600, 60

@@ -22,6 +22,7 @@ import click
 import redis
 from rich.table import Table
 
+from tidegate.cli._adaptive import ADAPTIVE_FLAGS, adaptive_report, write_adaptive
 from tidegate.cli._common import (
     FiniteFloat,
     TidegateCLIError,
@@ -94,8 +95,42 @@ def _sources(state: GateState) -> dict[str, str]:
     return {field: _LIVE if field in live else _DEFAULT for field in _FLAGS}
 
 
-def _as_json(state: GateState, prefix: str) -> dict[str, Any]:
-    return {**state.as_dict(), "prefix": prefix, "sources": _sources(state)}
+def _as_json(
+    state: GateState, prefix: str, adaptive: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    shown = {**state.as_dict(), "prefix": prefix, "sources": _sources(state)}
+    return shown if adaptive is None else {**shown, "adaptive": adaptive}
+
+
+def _show_adaptive(name: str, adaptive: dict[str, Any]) -> None:
+    """The controller's learned values and its latest changes, newest first."""
+    table = Table(title=f"adaptive controller of {name}")
+    for column in ("field", "value"):
+        table.add_column(column)
+    overrides = adaptive["overrides"]
+    table.add_row("mode", overrides.get("mode", "as configured on the workers"))
+    for field in ("learned_rate", "ceiling", "learned_concurrency", "controller"):
+        value = adaptive[field]
+        table.add_row(field.replace("_", " "), "-" if value is None else str(value))
+    live = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()) if k != "mode")
+    table.add_row("live overrides", live or "-")
+    print_table(console(), table)
+    history = Table(title=f"latest changes ({len(adaptive['history'])})")
+    for column in ("at", "kind", "reason", "from", "to", "ceiling"):
+        history.add_column(column)
+    for event in adaptive["history"]:
+        kind = event.get("kind", "")
+        before = event.get("previous_rate" if kind == "rate" else "previous_concurrency")
+        after = event.get("rate" if kind == "rate" else "concurrency")
+        history.add_row(
+            str(event.get("at_ms", "")),
+            str(kind),
+            str(event.get("reason", "")),
+            str(before),
+            str(after),
+            str(event.get("ceiling", "-")),
+        )
+    print_table(console(), history)
 
 
 def _show(state: GateState, prefix: str) -> None:
@@ -174,10 +209,12 @@ def show(name: str, as_json: bool, redis_url: str | None, prefix: str) -> None:
     built-in value, which a worker's own TIDEGATE_<NAME>_* settings may replace."""
     with redis_client(redis_url) as client:
         state = _existing(client, name, prefix).state()
+        adaptive = adaptive_report(client, name, prefix)
     if as_json:
-        echo_json(_as_json(state, prefix))
+        echo_json(_as_json(state, prefix, adaptive))
     else:
         _show(state, prefix)
+        _show_adaptive(name, adaptive)
 
 
 @gate.command(name="set")
@@ -202,6 +239,29 @@ def show(name: str, as_json: bool, redis_url: str | None, prefix: str) -> None:
     type=FiniteFloat(min=MIN_LEASE_S, max=MAX_LEASE_S),
     help="Seconds a crashed holder keeps its slot.",
 )
+@click.option(
+    "--adaptive",
+    type=click.Choice(["on", "off", "freeze"]),
+    help="The adaptive controller, fleet-wide: learn (on), hold the learned values "
+    "(freeze), or leave the gate to its set values (off).",
+)
+@click.option(
+    "--min-rate", type=FiniteFloat(min=MIN_RATE, max=MAX_RATE), help="Adaptive: the floor."
+)
+@click.option(
+    "--max-rate", type=FiniteFloat(min=MIN_RATE, max=MAX_RATE), help="Adaptive: the maximum."
+)
+@click.option(
+    "--min-concurrency", type=click.IntRange(1, MAX_CONCURRENCY), help="Adaptive: the floor."
+)
+@click.option(
+    "--max-concurrency", type=click.IntRange(1, MAX_CONCURRENCY), help="Adaptive: the maximum."
+)
+@click.option(
+    "--suspension-prone/--no-suspension-prone",
+    default=None,
+    help="Adaptive: keep a ceiling just under the rate of the last 429.",
+)
 @click.option("--yes", is_flag=True, help="Confirm a change that removes a protection.")
 @click.option("--create", is_flag=True, help="Set a gate the fleet holds no state for yet.")
 @_output_options
@@ -212,29 +272,58 @@ def set_(
     burst: int | None,
     concurrency: int | None,
     lease_s: float | None,
+    adaptive: str | None,
+    min_rate: float | None,
+    max_rate: float | None,
+    min_concurrency: int | None,
+    max_concurrency: int | None,
+    suspension_prone: bool | None,
     yes: bool,
     create: bool,
     as_json: bool,
     redis_url: str | None,
     prefix: str,
 ) -> None:
-    """Retune NAME for the whole running fleet (no restart); values are checked first."""
+    """Retune NAME for the whole running fleet (no restart); values are checked first.
+
+    While the adaptive controller is on it owns the rate and the concurrency: set
+    --adaptive freeze (or off) before setting them by hand.
+    """
     if concurrency == 0 and not yes:
         raise TidegateCLIError(
             "--concurrency 0 removes the concurrency cap for the whole fleet; repeat with --yes"
         )
+    adaptive_values = {
+        "mode": adaptive,
+        "min_rate": min_rate,
+        "max_rate": max_rate,
+        "min_concurrency": min_concurrency,
+        "max_concurrency": max_concurrency,
+        "suspension_prone": suspension_prone,
+    }
     with redis_client(redis_url) as client:
         target = _existing(client, name, prefix, create=create)
         try:
-            state = target.configure(
-                rate=rate, burst=burst, concurrency=concurrency, lease_s=lease_s
-            )
+            write_adaptive(client, name, prefix, adaptive_values, check=True)
+        except ConfigurationError as exc:
+            raise bad_option(exc, ADAPTIVE_FLAGS) from exc
+        retune = (rate, burst, concurrency, lease_s) != (None, None, None, None)
+        try:
+            if retune or all(value is None for value in adaptive_values.values()):
+                state = target.configure(
+                    rate=rate, burst=burst, concurrency=concurrency, lease_s=lease_s
+                )
+            else:
+                state = target.state()
         except ConfigurationError as exc:
             raise bad_option(exc, _FLAGS) from exc
+        write_adaptive(client, name, prefix, adaptive_values)
+        learned = adaptive_report(client, name, prefix)
     if as_json:
-        echo_json(_as_json(state, prefix))
+        echo_json(_as_json(state, prefix, learned))
     else:
         _show(state, prefix)
+        _show_adaptive(name, learned)
 
 
 @gate.command()

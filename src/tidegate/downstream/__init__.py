@@ -41,6 +41,7 @@ from tidegate.downstream._client import (
     DownstreamClient,
     PauseFeedback,
 )
+from tidegate.downstream._report import CallObserver, ObservedOutcome
 
 __all__ = [
     "DEFAULT_BACKOFF_BASE_S",
@@ -52,7 +53,9 @@ __all__ = [
     "PAUSE_REASON_HTTP_429",
     "TRANSIENT_4XX",
     "AsyncDownstreamClient",
+    "CallObserver",
     "DownstreamClient",
+    "ObservedOutcome",
     "Outcome",
     "OutcomeKind",
     "PauseFeedback",

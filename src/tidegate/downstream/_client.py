@@ -39,6 +39,7 @@ from tidegate.downstream._classify import (
     classify_response,
     unavailable,
 )
+from tidegate.downstream._report import CallObserver, observe_failure, observe_response
 from tidegate.errors import ConfigurationError, DownstreamRejected, DownstreamThrottled
 from tidegate.logging import get_logger, key_hash
 
@@ -127,11 +128,13 @@ class _ClientCore:
         feedback: PauseFeedback | None,
         retry_after_policy: RetryAfterPolicy | None,
         wall_clock: Callable[[], float],
+        observer: CallObserver | None = None,
     ) -> None:
         if not name:
             raise ConfigurationError("a downstream client needs a name")
         self.name = name
         self.feedback = feedback
+        self.observer = observer
         self.retry_after_policy = retry_after_policy or RetryAfterPolicy()
         self._wall_clock = wall_clock
 
@@ -157,6 +160,7 @@ class _ClientCore:
         try:
             yield
         except httpx.RequestError as exc:
+            observe_failure(self.name, self.observer)
             error = type(exc).__name__
             log.warning(
                 "downstream_unavailable",
@@ -170,13 +174,16 @@ class _ClientCore:
             raise unavailable(self.name, f"{error}: no answer", status=None) from exc
 
     def _classify(self, response: httpx.Response) -> Outcome:
-        return classify_response(
+        now = self._wall_clock()
+        outcome = classify_response(
             self.name,
             response.status_code,
             response.headers,
-            now=self._wall_clock(),
+            now=now,
             policy=self.retry_after_policy,
         )
+        observe_response(self.name, self.observer, outcome, response, now=now)
+        return outcome
 
     def _log_retry_after(self, outcome: Outcome, path: str) -> None:
         issue = outcome.retry_after_issue
@@ -282,6 +289,8 @@ class DownstreamClient(_ClientCore):
         retry_after_policy: how far ``Retry-After`` is believed.
         transport: an ``httpx.BaseTransport`` (``httpx.MockTransport`` in tests).
         wall_clock: ``time.time``, to read an HTTP-date ``Retry-After``.
+        observer: told about every call's outcome, latency and rate-limit headers
+            (the adaptive controller's fleet window); ``None`` to tell nobody.
 
     Example::
 
@@ -300,9 +309,14 @@ class DownstreamClient(_ClientCore):
         retry_after_policy: RetryAfterPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
         wall_clock: Callable[[], float] = time.time,
+        observer: CallObserver | None = None,
     ) -> None:
         super().__init__(
-            name, feedback=feedback, retry_after_policy=retry_after_policy, wall_clock=wall_clock
+            name,
+            feedback=feedback,
+            retry_after_policy=retry_after_policy,
+            wall_clock=wall_clock,
+            observer=observer,
         )
         self._http = httpx.Client(
             base_url=base_url, timeout=timeout, headers=headers, transport=transport
@@ -391,9 +405,14 @@ class AsyncDownstreamClient(_ClientCore):
         retry_after_policy: RetryAfterPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         wall_clock: Callable[[], float] = time.time,
+        observer: CallObserver | None = None,
     ) -> None:
         super().__init__(
-            name, feedback=feedback, retry_after_policy=retry_after_policy, wall_clock=wall_clock
+            name,
+            feedback=feedback,
+            retry_after_policy=retry_after_policy,
+            wall_clock=wall_clock,
+            observer=observer,
         )
         self._http = httpx.AsyncClient(
             base_url=base_url, timeout=timeout, headers=headers, transport=transport

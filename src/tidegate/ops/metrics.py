@@ -25,6 +25,8 @@ metric                                 measured by
 ``tidegate_replayed_total``            shed / replayed document (by document class)
 ``tidegate_quarantine_*``,             the quarantine and the DLQ, read at scrape
 ``tidegate_dlq_*``
+``tidegate_adaptive_*``                the adaptive controllers' state in Redis
+                                       (:mod:`tidegate.ops.adaptive_metrics`)
 ``tidegate_redis_writable``,           a one-key write probe at each scrape: 0 while
 ``tidegate_redis_unwritable_info``     Redis refuses writes (memory full under
                                        ``noeviction``, read-only replica), with the
@@ -572,13 +574,17 @@ def registry_for(
     stale_after_periods: float = DEFAULT_STALE_AFTER_PERIODS,
     clock: Callable[[], float] | None = None,
 ) -> CollectorRegistry:
-    """A registry holding only tidegate's collector (no process metrics of the scraper)."""
+    """A registry holding only tidegate's collectors (no process metrics of the scraper):
+    this module's and the adaptive controllers' (:mod:`tidegate.ops.adaptive_metrics`)."""
+    from tidegate.ops.adaptive_metrics import AdaptiveCollector
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         TidegateCollector(
             client, prefix=prefix, stale_after_periods=stale_after_periods, clock=clock
         )
     )
+    registry.register(AdaptiveCollector(client, prefix=prefix))
     return registry
 
 

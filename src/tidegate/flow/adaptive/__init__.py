@@ -17,7 +17,10 @@ the fleet (imported lazily), :class:`MemoryAdaptiveStore` for one process — an
 only by the worker elected by a lease: :class:`AdaptiveController` runs the election,
 the maths, the fenced write and one JSON event per change. Every worker reports its
 calls into a fleet-wide window; the elected one drains it each tick and applies the
-result to the downstream's :class:`~tidegate.flow.Gate` (:func:`apply_tick`).
+result to the downstream's :class:`~tidegate.flow.Gate` (:func:`apply_tick`). In a
+worker, :class:`AdaptiveReporter` is the downstream client's observer and
+:class:`AdaptiveLoop` the thread that ticks (``tidegate.integrations.celery.runtime``
+starts both for a downstream with ``TIDEGATE_<NAME>_ADAPTIVE`` set).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from tidegate.flow.adaptive._controller import (
     AdaptiveController,
     ControllerTick,
 )
+from tidegate.flow.adaptive._fleet import DEFAULT_TICK_S, AdaptiveLoop, AdaptiveReporter
 from tidegate.flow.adaptive._gate import PAUSE_REASON_QUOTA, apply_tick, gate_saturated
 from tidegate.flow.adaptive._hint import HintSource, RateLimitHint
 from tidegate.flow.adaptive._observe import CallOutcome, Observations, windows
@@ -69,12 +73,15 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_HISTORY_MAX",
     "DEFAULT_LEASE_TTL_S",
+    "DEFAULT_TICK_S",
     "OVERRIDABLE",
     "PAUSE_REASON_QUOTA",
     "AdaptiveController",
     "AdaptiveKeys",
+    "AdaptiveLoop",
     "AdaptivePolicy",
     "AdaptiveRecord",
+    "AdaptiveReporter",
     "AdaptiveStore",
     "CallOutcome",
     "ConcurrencyDecision",

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_CEILING_MARGIN",
     "DEFAULT_DECREASE_FACTOR",
     "DEFAULT_HEADROOM",
+    "DEFAULT_MAX_QUIET_S",
     "DEFAULT_QUIET_S",
     "DEFAULT_TOLERANCE",
     "AdaptivePolicy",
@@ -36,8 +37,12 @@ _MODES: frozenset[str] = frozenset({"on", "frozen", "off"})
 DEFAULT_DECREASE_FACTOR = 0.7
 #: The ceiling sits this fraction below the rate at which the last 429 appeared.
 DEFAULT_CEILING_MARGIN = 0.9
-#: Seconds without any rejection before the ceiling may be probed again.
-DEFAULT_QUIET_S = 60.0
+#: Seconds without any rejection before the ceiling may be probed again (the first
+#: wait; each failed probe doubles it up to :data:`DEFAULT_MAX_QUIET_S`).
+DEFAULT_QUIET_S = 4.0
+#: The longest wait between probes above the ceiling, seconds: it bounds how long an
+#: increase of capacity (the end of a maintenance window) goes unnoticed.
+DEFAULT_MAX_QUIET_S = 20.0
 #: Fraction of an advertised rate used: arrival jitter on the way to the downstream
 #: bunches calls, and a bucket sized exactly to the quota refuses the bunched ones.
 DEFAULT_HEADROOM = 0.95
@@ -71,25 +76,43 @@ class RatePolicy:
         start_rate: where a downstream with no learned rate starts; the floor when
             ``None``. Starting low is the point: the capacity is unknown.
         increase_per_s: additive increase, calls per second gained per second of
-            saturated success (> 0). Additive, so a probe overshoots by one small step.
+            saturated success (> 0), for a downstream that is not suspension-prone once
+            it has refused something: plain AIMD, so a probe overshoots by one small step.
+        growth_per_s: multiplicative growth, the fraction gained per second of
+            saturated success (> 0), while nothing was refused yet (slow start) and, for
+            a suspension-prone downstream, on the way up to its ceiling (a rate the
+            downstream already accepted, so there is nothing to be careful about).
         decrease_factor: the rate is multiplied by this on a 429 or 503 (0 < f < 1).
         suspension_prone: the downstream suspends senders after repeated 429s; the
             controller then keeps a ceiling just below the last 429's rate.
-        ceiling_margin: the ceiling is the 429's rate times this (0 < m < 1).
-        settle_s: a 429 this soon after the 429 that set the ceiling is an echo of
-            the rate before the cut (a slot reserved at the old spacing, a call already
-            on the wire): it cuts the rate again but leaves the ceiling, seconds (> 0).
-        recover_s: seconds after a rejection before the rate grows again (>= 0). The
-            cuts that follow a capacity drop overshoot in either direction; growing
-            straight back draws the next 429 while the downstream still counts the
-            last ones, which is how a gateway's "repeated 429s" rule is met.
-        quiet_s: seconds without a rejection before the ceiling is raised (> 0); at
-            most one raise per ``quiet_s``.
-        reprobe_factor: how much one raise lifts the ceiling (1 < r <= 2).
+        ceiling_margin: the ceiling is the 429's rate times this (0 < m < 1), or the
+            rate of the last window that went through cleanly when that is lower (a
+            429 met during the slow start overshot by a whole growth step).
+        settle_s: a 429 this soon after the 429 that set the ceiling (or failed a
+            probe) is an echo of the rate before the cut (a slot reserved at the old
+            spacing, a call already on the wire): it cuts the rate once more by
+            ``decrease_factor`` but leaves the ceiling, seconds (> 0).
+        recover_s: seconds after a rejection before the rate grows again (>= 0).
+        quiet_s: seconds without a rejection before the ceiling is probed (> 0): the
+            ceiling is raised by ``reprobe_factor``, and if the next ``quiet_s`` pass
+            without a 429 the probe worked (the next follows, the wait returns to
+            ``quiet_s``); a 429 puts the ceiling back where it was and doubles the
+            wait.
+        max_quiet_s: the longest wait between probes (>= quiet_s): how long a capacity
+            increase can go unnoticed, against one probe's 429 per ``max_quiet_s``.
+        hinted_quiet_s: the wait between probes above a ceiling that a 429 set under
+            a rate the headers advertise (> 0; never shorter than the current wait).
+            The headers already say the capacity; what the 429 taught is how much of
+            it arrivals bunched by network jitter leave against a small bucket, which
+            does not change from one second to the next.
+        reprobe_factor: a probe's size, ``ceiling ×`` this (1 < r <= 2). A probe never
+            goes past halfway to the rate of a recent 429 unless it is already within
+            ``min_reprobe_factor`` of it.
+        min_reprobe_factor: the smallest probe (1 < r <= reprobe_factor).
         headroom: the fraction of a rate advertised in rate-limit headers used
             (0 < h <= 1).
-        max_step_s: the longest gap credited to one additive increase, seconds (> 0):
-            a controller that was not ticking for an hour does not jump.
+        max_step_s: the longest gap credited to one increase, seconds (> 0): a
+            controller that was not ticking for an hour does not jump.
 
     Warning:
         Without ``suspension_prone`` the controller is plain AIMD: it probes past the
@@ -101,15 +124,19 @@ class RatePolicy:
     max_rate: float = 100.0
     start_rate: float | None = None
     increase_per_s: float = 0.1
+    growth_per_s: float = 0.5
     decrease_factor: float = DEFAULT_DECREASE_FACTOR
     suspension_prone: bool = False
     ceiling_margin: float = DEFAULT_CEILING_MARGIN
-    settle_s: float = 2.0
-    recover_s: float = 10.0
+    settle_s: float = 1.5
+    recover_s: float = 2.0
     quiet_s: float = DEFAULT_QUIET_S
-    reprobe_factor: float = 1.1
+    max_quiet_s: float = DEFAULT_MAX_QUIET_S
+    hinted_quiet_s: float = 60.0
+    reprobe_factor: float = 1.5
+    min_reprobe_factor: float = 1.05
     headroom: float = DEFAULT_HEADROOM
-    max_step_s: float = 5.0
+    max_step_s: float = 2.0
 
     def __post_init__(self) -> None:
         _finite("min_rate", self.min_rate, low=0.0)
@@ -126,6 +153,7 @@ class RatePolicy:
                     f"[min_rate, max_rate] = [{self.min_rate!r}, {self.max_rate!r}]"
                 )
         _finite("increase_per_s", self.increase_per_s, low=0.0)
+        _finite("growth_per_s", self.growth_per_s, low=0.0)
         _finite("decrease_factor", self.decrease_factor, low=0.0)
         if self.decrease_factor >= 1:
             raise ConfigurationError(
@@ -151,7 +179,14 @@ class RatePolicy:
                 f"recover_s must be a finite number >= 0, got {self.recover_s!r}"
             )
         _finite("quiet_s", self.quiet_s, low=0.0)
+        _finite("max_quiet_s", self.max_quiet_s, low=0.0)
+        if self.max_quiet_s < self.quiet_s:
+            raise ConfigurationError(
+                f"max_quiet_s ({self.max_quiet_s!r}) must be >= quiet_s ({self.quiet_s!r})"
+            )
+        _finite("hinted_quiet_s", self.hinted_quiet_s, low=0.0)
         _finite("reprobe_factor", self.reprobe_factor, low=1.0, high=2.0)
+        _finite("min_reprobe_factor", self.min_reprobe_factor, low=1.0, high=self.reprobe_factor)
         _finite("headroom", self.headroom, low=0.0, high=1.0)
         _finite("max_step_s", self.max_step_s, low=0.0)
 

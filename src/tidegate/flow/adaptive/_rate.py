@@ -10,6 +10,11 @@ it only by a small factor, at most once per quiet period without any rejection (
 opposite of botocore's CUBIC, which deliberately overshoots the last throttle point).
 Rate-limit headers short-cut all of it: the controller jumps to the advertised rate.
 
+The probing itself (how far above the ceiling, how often, what a failed probe teaches)
+is in :mod:`tidegate.flow.adaptive._probe`; the climb is multiplicative until the first
+rejection (slow start) and, for a suspension-prone downstream, up to the ceiling —
+additive only above what is known to work.
+
 Everything here is a pure function of (state, window, policy, now): observations and
 time are inputs, the new state and the reason are the output. The fleet-wide runner
 (one elected controller per downstream) feeds it and applies the result; tests drive
@@ -19,20 +24,29 @@ Guarantees, for any sequence of windows (property-tested):
 
 * ``min_rate <= rate <= max_rate``;
 * for a suspension-prone downstream, once a 429 was seen, ``rate <= ceiling``, and
-  the ceiling is ``ceiling_margin ×`` the rate of the 429 that set it (later 429s
-  within ``settle_s`` are echoes of the rate before the cut and only cut the rate);
+  the ceiling a 429 sets lies below the rate the 429 appeared at (or at the floor;
+  later 429s within ``settle_s`` are echoes of the rate before the cut and only cut
+  the rate);
 * under a storm of 429s the rate never rises, and falls to the floor.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeAlias
+from dataclasses import replace
 
 from tidegate.errors import ConfigurationError
 from tidegate.flow.adaptive._hint import RateLimitHint
 from tidegate.flow.adaptive._policy import Mode, RatePolicy
+from tidegate.flow.adaptive._probe import (
+    consecutive,
+    failed_probe,
+    fallen_quiet_s,
+    new_ceiling,
+    quiet,
+    start_probe,
+)
+from tidegate.flow.adaptive._rate_types import RateDecision, RateReason, RateState, RateWindow
 
 __all__ = [
     "RateDecision",
@@ -42,163 +56,6 @@ __all__ = [
     "decide_rate",
     "initial_rate_state",
 ]
-
-#: Why a decision came out as it did; the ``reason`` of its log event.
-RateReason: TypeAlias = Literal[
-    "throttled",  # a 429: multiplicative decrease (and a new ceiling if suspension-prone)
-    "unavailable",  # a 503: multiplicative decrease, the ceiling untouched
-    "advertised",  # rate-limit headers: straight to the advertised rate
-    "advertised_exhausted",  # the headers say nothing is left: wait for the reset
-    "increase",  # saturated and succeeding: additive increase
-    "recovering",  # saturated, but a rejection is too recent to grow again
-    "reprobe",  # at the ceiling after a quiet period: the ceiling is raised a little
-    "at_ceiling",  # saturated, at the ceiling, still inside the quiet period
-    "at_max",  # saturated at the operator's maximum
-    "not_saturated",  # the gate is not the bottleneck: nothing to learn
-    "policy",  # the operator's box moved: the rate is brought back inside it
-    "frozen",  # the operator froze the controller
-    "off",  # the controller is switched off
-]
-
-
-def _count(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError(f"{name} must be an integer >= 0, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class RateWindow:
-    """What the fleet saw since the previous decision.
-
-    Args:
-        successes: calls the downstream accepted.
-        throttled: calls answered 429.
-        unavailable: calls answered 503 (or refused, timed out).
-        saturated: the gate held calls back (refused or delayed an admission): demand
-            exceeded the live rate, so a higher rate would have been used.
-        sent_rate: calls per second actually sent in the window, if measured. In an
-            unsaturated window demand set the pace, so a rejection counts at this rate
-            when it is below the live rate. In a saturated one the gate set it, and
-            the measured rate is deflated by the pause that follows a 429 (the window
-            sent at the live rate until the 429, then nothing): it is not used.
-        hint: the latest rate-limit headers, if the downstream sends any.
-    """
-
-    successes: int = 0
-    throttled: int = 0
-    unavailable: int = 0
-    saturated: bool = False
-    sent_rate: float | None = None
-    hint: RateLimitHint | None = None
-
-    def __post_init__(self) -> None:
-        _count("successes", self.successes)
-        _count("throttled", self.throttled)
-        _count("unavailable", self.unavailable)
-        if self.sent_rate is not None and not (
-            math.isfinite(self.sent_rate) and self.sent_rate >= 0
-        ):
-            raise ConfigurationError(
-                f"sent_rate must be a finite number >= 0 or None, got {self.sent_rate!r}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class RateState:
-    """What the controller remembers between decisions (kept in Redis fleet-wide).
-
-    Args:
-        rate: the live rate, calls per second.
-        ceiling: the hard cap learned from the last 429 (suspension-prone only).
-        ceiling_set_ms: when a 429 last set the ceiling (its echoes do not move it).
-        last_rejection_ms: when the last 429 or 503 was seen, ms on the fleet clock.
-        last_reprobe_ms: when the ceiling was last raised.
-        updated_ms: when the last decision was made.
-    """
-
-    rate: float
-    ceiling: float | None = None
-    ceiling_set_ms: float | None = None
-    last_rejection_ms: float | None = None
-    last_reprobe_ms: float | None = None
-    updated_ms: float | None = None
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.rate) and self.rate > 0):
-            raise ConfigurationError(f"rate must be a finite number > 0, got {self.rate!r}")
-        if self.ceiling is not None and not (math.isfinite(self.ceiling) and self.ceiling > 0):
-            raise ConfigurationError(
-                f"ceiling must be a finite number > 0 or None, got {self.ceiling!r}"
-            )
-
-    def as_dict(self) -> dict[str, float | None]:
-        """Plain data for the store (and for ``from_dict``)."""
-        return {
-            "rate": self.rate,
-            "ceiling": self.ceiling,
-            "ceiling_set_ms": self.ceiling_set_ms,
-            "last_rejection_ms": self.last_rejection_ms,
-            "last_reprobe_ms": self.last_reprobe_ms,
-            "updated_ms": self.updated_ms,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RateState:
-        """The inverse of :meth:`as_dict`; unknown keys are ignored, bad values raise."""
-        try:
-            return cls(
-                rate=float(data["rate"]),
-                ceiling=_opt_float(data.get("ceiling")),
-                ceiling_set_ms=_opt_float(data.get("ceiling_set_ms")),
-                last_rejection_ms=_opt_float(data.get("last_rejection_ms")),
-                last_reprobe_ms=_opt_float(data.get("last_reprobe_ms")),
-                updated_ms=_opt_float(data.get("updated_ms")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigurationError(f"unreadable rate state {data!r}: {exc}") from exc
-
-
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-@dataclass(frozen=True, slots=True)
-class RateDecision:
-    """One decision: the new state, the old one, and why.
-
-    Args:
-        state: the state to store and the rate to apply.
-        previous: the state the decision started from.
-        reason: why (see :data:`RateReason`).
-        pause_s: the downstream asked the fleet to wait this long (exhausted quota).
-    """
-
-    state: RateState
-    previous: RateState
-    reason: RateReason
-    pause_s: float | None = None
-
-    @property
-    def changed(self) -> bool:
-        """Whether the rate, the ceiling or a pause is to be applied (worth an event)."""
-        return (
-            self.state.rate != self.previous.rate
-            or self.state.ceiling != self.previous.ceiling
-            or self.pause_s is not None
-        )
-
-    def event(self) -> dict[str, Any]:
-        """The decision's log event fields (stable snake_case keys, no payload)."""
-        return {
-            "reason": self.reason,
-            "rate": round(self.state.rate, 6),
-            "previous_rate": round(self.previous.rate, 6),
-            "ceiling": None if self.state.ceiling is None else round(self.state.ceiling, 6),
-            "previous_ceiling": (
-                None if self.previous.ceiling is None else round(self.previous.ceiling, 6)
-            ),
-            "pause_s": self.pause_s,
-        }
 
 
 def initial_rate_state(policy: RatePolicy, learned: RateState | None = None) -> RateState:
@@ -215,15 +72,6 @@ def _clamp(rate: float, policy: RatePolicy, ceiling: float | None) -> float:
     """Inside [min_rate, max_rate], and under the ceiling (which never undercuts the floor)."""
     top = policy.max_rate if ceiling is None else min(policy.max_rate, ceiling)
     return max(policy.min_rate, min(rate, top))
-
-
-def _quiet(state: RateState, policy: RatePolicy, now_ms: float) -> bool:
-    """No rejection, and no ceiling raise, for ``quiet_s``."""
-    quiet_ms = policy.quiet_s * 1000.0
-    for at in (state.last_rejection_ms, state.last_reprobe_ms):
-        if at is not None and now_ms - at < quiet_ms:
-            return False
-    return True
 
 
 def _elapsed_s(state: RateState, policy: RatePolicy, now_ms: float) -> float:
@@ -250,11 +98,11 @@ def decide_rate(
         mode: ``on`` decides; ``frozen`` and ``off`` keep the state as it is.
 
     The rules, first match wins: a 429 or 503 cuts (to the advertised rate if the
-    window's headers say less is left than the cut allows); rate-limit headers set the
-    rate;
-    saturated success grows it once ``recover_s`` has passed since the last rejection
-    (below the ceiling additively, at the ceiling by a re-probe once per quiet
-    period); anything else holds.
+    window's headers say less is left than the cut allows; a failed probe goes back
+    to the ceiling before it); rate-limit headers set the rate; saturated success
+    grows it once ``recover_s`` has passed since the last rejection (below the ceiling
+    or before any rejection multiplicatively, above what worked additively, at the
+    ceiling by a probe once the current quiet period is over); anything else holds.
 
     Example::
 
@@ -268,38 +116,60 @@ def decide_rate(
         raise ConfigurationError(f"now_ms must be finite, got {now_ms!r}")
     if mode != "on":
         return RateDecision(replace(state, updated_ms=now_ms), state, mode)
-    elapsed_s = _elapsed_s(state, policy, now_ms)
     if window.throttled or window.unavailable:
         return _cut(state, window, policy, now_ms)
-    if window.hint is not None and (window.hint.exhausted or window.hint.safe_rate is not None):
-        return _advertised(state, window.hint, policy, now_ms)
     ceiling = state.ceiling if policy.suspension_prone else None
-    top = policy.max_rate if ceiling is None else min(policy.max_rate, ceiling)
+    limit = policy.max_rate
+    if window.hint is not None:
+        advertised = _advertised(state, window.hint, policy, now_ms)
+        if isinstance(advertised, RateDecision):
+            return advertised
+        limit = advertised
+    top = limit if ceiling is None else min(limit, ceiling)
     if state.rate < policy.min_rate or state.rate > top:
         new = _clamp(state.rate, policy, ceiling)
         return _decision(state, new, ceiling, "policy", now_ms)
     if not (window.saturated and window.successes > 0):
         return _decision(state, state.rate, ceiling, "not_saturated", now_ms)
+    before, state = state, replace(state, good_rate=state.rate)  # it went through cleanly
     recent = state.last_rejection_ms
     if recent is not None and now_ms - recent < policy.recover_s * 1000.0:
-        return _decision(state, state.rate, ceiling, "recovering", now_ms)
+        return _decision(state, state.rate, ceiling, "recovering", now_ms, previous=before)
     if state.rate < top:
-        new = min(top, state.rate + policy.increase_per_s * elapsed_s)
-        return _decision(state, new, ceiling, "increase", now_ms)
-    if ceiling is None or ceiling >= policy.max_rate:
-        return _decision(state, state.rate, ceiling, "at_max", now_ms)
-    if not _quiet(state, policy, now_ms):
-        return _decision(state, state.rate, ceiling, "at_ceiling", now_ms)
-    raised = min(policy.max_rate, ceiling * policy.reprobe_factor)
-    decided = _decision(state, state.rate, raised, "reprobe", now_ms)
-    return replace(decided, state=replace(decided.state, last_reprobe_ms=now_ms))
+        grown = _grow(state, policy, ceiling, _elapsed_s(state, policy, now_ms))
+        return _decision(state, min(top, grown), ceiling, "increase", now_ms, previous=before)
+    if ceiling is None or ceiling >= limit:
+        return _decision(state, state.rate, ceiling, "at_max", now_ms, previous=before)
+    hinted = limit < policy.max_rate  # headers said more than the ceiling allows
+    if not quiet(state, policy, now_ms, at_least_s=policy.hinted_quiet_s if hinted else 0.0):
+        return _decision(state, state.rate, ceiling, "at_ceiling", now_ms, previous=before)
+    probed = start_probe(state, policy, ceiling, now_ms, limit=limit)
+    return _decision(probed, state.rate, probed.ceiling, "reprobe", now_ms, previous=before)
+
+
+def _grow(state: RateState, policy: RatePolicy, ceiling: float | None, elapsed_s: float) -> float:
+    """Multiplicative before any rejection (slow start) and up to a ceiling (a rate the
+    downstream accepted); additive above what is known to work."""
+    if ceiling is not None or state.last_rejection_ms is None:
+        return state.rate * math.pow(1.0 + policy.growth_per_s, elapsed_s)
+    return state.rate + policy.increase_per_s * elapsed_s
 
 
 def _decision(
-    state: RateState, rate: float, ceiling: float | None, reason: RateReason, now_ms: float
+    state: RateState,
+    rate: float,
+    ceiling: float | None,
+    reason: RateReason,
+    now_ms: float,
+    *,
+    previous: RateState | None = None,
 ) -> RateDecision:
+    """``state`` with the new rate and ceiling; ``previous`` is where the decision
+    started (``state`` itself unless the caller already updated its memory)."""
     return RateDecision(
-        replace(state, rate=rate, ceiling=ceiling, updated_ms=now_ms), state, reason
+        replace(state, rate=rate, ceiling=ceiling, updated_ms=now_ms),
+        state if previous is None else previous,
+        reason,
     )
 
 
@@ -308,6 +178,21 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
     base = state.rate
     if window.sent_rate is not None and window.sent_rate > 0 and not window.saturated:
         base = min(base, window.sent_rate)
+    reason: RateReason = "throttled" if window.throttled else "unavailable"
+    advertised = window.hint.safe_rate if window.hint is not None else None
+    probing = state.probe_from is not None and state.probe_from < base
+    before = state
+    if window.throttled and policy.suspension_prone and probing:
+        state = failed_probe(state, policy, base)
+        new = state.ceiling if state.ceiling is not None else base * policy.decrease_factor
+        if advertised is not None:
+            new = min(new, advertised * policy.headroom)
+        new = _clamp(new, policy, state.ceiling)
+        decided = _decision(state, new, state.ceiling, reason, now_ms, previous=before)
+        stamped = replace(
+            decided.state, last_rejection_ms=now_ms, ceiling_set_ms=now_ms, restored_ms=now_ms
+        )
+        return replace(decided, state=stamped)
     ceiling = state.ceiling if policy.suspension_prone else None
     ceiling_set = state.ceiling_set_ms
     echo = (
@@ -315,47 +200,80 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
         and ceiling_set is not None
         and now_ms - ceiling_set < policy.settle_s * 1000.0
     )
-    if window.throttled and policy.suspension_prone and not echo:
-        ceiling, ceiling_set = max(policy.min_rate, base * policy.ceiling_margin), now_ms
-    new = min(state.rate, base * policy.decrease_factor)
-    advertised = window.hint.safe_rate if window.hint is not None else None
+    if echo and state.restored_ms is not None and state.restored_ms == ceiling_set:
+        # The echo of a failed probe (a slot reserved at the probe's spacing): the rate
+        # is already back at one the downstream accepted for a whole quiet period.
+        decided = _decision(state, state.rate, ceiling, reason, now_ms, previous=before)
+        return replace(decided, state=replace(decided.state, last_rejection_ms=now_ms))
+    factor = policy.decrease_factor
+    again = not echo and consecutive(state, policy, now_ms)
+    if again:
+        factor *= policy.decrease_factor  # the last cut did not reach under the capacity
+    new = min(state.rate, base * factor)
+    # Headers that advertised less than was sent were right (the quota just fell):
+    # they lead from here, and no ceiling is kept below them.
+    believed = advertised is not None and base > advertised * policy.headroom
+    if window.throttled and policy.suspension_prone and not echo and not believed:
+        ceiling = new_ceiling(state, policy, base, max(policy.min_rate, new), consecutive=again)
+        # One 429 at a rate that worked until now: the capacity moved a little, or a
+        # burst ran out, and just under it is enough; a second 429 in a row cut deep.
+        new = ceiling
+        ceiling_set = now_ms
+        state = replace(
+            state,
+            bad_rate=base,
+            probe_from=None,
+            quiet_s=fallen_quiet_s(state, policy),
+            advertised_rate=advertised,
+        )
     if advertised is not None:
         # The same answers said how much is left: go at least that low at once, rather
         # than one cut per tick while the downstream keeps counting offences.
         new = min(new, advertised * policy.headroom)
     new = _clamp(new, policy, ceiling)
-    reason: RateReason = "throttled" if window.throttled else "unavailable"
-    decided = _decision(state, new, ceiling, reason, now_ms)
+    decided = _decision(
+        replace(state, good_rate=None), new, ceiling, reason, now_ms, previous=before
+    )
     stamped = replace(decided.state, last_rejection_ms=now_ms, ceiling_set_ms=ceiling_set)
     return replace(decided, state=stamped)
 
 
+#: An advertised rate this much above the one a ceiling was set under has risen.
+_RISE = 1.05
+
+
 def _advertised(
     state: RateState, hint: RateLimitHint, policy: RatePolicy, now_ms: float
-) -> RateDecision:
-    """Jump to what the downstream advertises, inside the box (upwards only once
-    ``recover_s`` has passed since the last rejection).
+) -> RateDecision | float:
+    """Follow what the downstream advertises, inside the box: down at once, up only
+    once ``recover_s`` has passed since the last rejection.
 
-    For a suspension-prone downstream the ceiling still holds during the quiet period
-    after a 429 (a downstream whose headers overstate its capacity costs one 429 per
-    quiet period, not one per window); after it, the advertisement may lift the
-    ceiling up to the advertised rate.
+    Returns the decision, or the limit the rest of the rules work under: the
+    operator's maximum for a hint without a rate, the advertised rate when a
+    suspension-prone downstream's ceiling (a 429 was met below the advertisement, as
+    calls arrived with jitter against a small bucket) is under it — then it only caps
+    the probes towards it.
     """
     ceiling = state.ceiling if policy.suspension_prone else None
     if hint.exhausted:
         decided = _decision(state, state.rate, ceiling, "advertised_exhausted", now_ms)
         return replace(decided, pause_s=hint.reset_s)
     safe = hint.safe_rate
-    assert safe is not None
+    if safe is None:
+        return float(policy.max_rate)
     target = max(policy.min_rate, min(policy.max_rate, safe * policy.headroom))
+    if ceiling is not None and target > ceiling and target >= state.rate:
+        was = state.advertised_rate
+        if was is not None and safe > was * _RISE:
+            # The quota went up since the ceiling was set under it (a maintenance window
+            # ended): the ceiling keeps its fraction of the advertisement.
+            raised = min(target, ceiling * safe / was)
+            moved = replace(state, advertised_rate=safe)
+            return _decision(moved, state.rate, raised, "advertised", now_ms, previous=state)
+        return target
     recent = state.last_rejection_ms
     if recent is not None and now_ms - recent < policy.recover_s * 1000.0:
         # Down at once, up only after recover_s: a downstream that just refused at this
         # rate is not believed when its headers say more is fine (jitter, or a lie).
         target = max(policy.min_rate, min(target, state.rate))
-    if ceiling is not None and target > ceiling:
-        if _quiet(state, policy, now_ms):
-            ceiling = target
-        else:
-            target = ceiling
     return _decision(state, _clamp(target, policy, ceiling), ceiling, "advertised", now_ms)

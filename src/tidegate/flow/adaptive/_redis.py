@@ -82,6 +82,13 @@ class RedisAdaptiveStore:
         with map_redis_errors("adaptive lease release"):
             self._lease([keys.lease], [holder, "0", self._now_arg()])
 
+    def leader(self, keys: AdaptiveKeys) -> str | None:
+        with map_redis_errors("adaptive lease read"):
+            holder, until = self.client.hmget(keys.lease, ["holder", "until_ms"])
+        if holder is None or until is None or float(until) < self.now_ms():
+            return None
+        return _text(holder)
+
     def load(self, keys: AdaptiveKeys) -> AdaptiveRecord:
         with map_redis_errors("adaptive load"):
             raw = self.client.hgetall(keys.state)

@@ -173,6 +173,10 @@ class AdaptiveStore(Protocol):
         """Give the lease up now if ``holder`` has it (a clean stop)."""
         ...
 
+    def leader(self, keys: AdaptiveKeys) -> str | None:
+        """Who holds an unexpired lease now (anyone may read; for operators and tests)."""
+        ...
+
     def load(self, keys: AdaptiveKeys) -> AdaptiveRecord:
         """What was learned so far (anyone may read)."""
         ...
@@ -263,6 +267,11 @@ class MemoryAdaptiveStore:
                 return False
             self._leases[keys.lease] = _Lease(holder, now + ttl_ms)
             return True
+
+    def leader(self, keys: AdaptiveKeys) -> str | None:
+        with self._lock:
+            lease = self._held(keys, self._now())
+            return None if lease is None else lease.holder
 
     def resign(self, keys: AdaptiveKeys, holder: str) -> None:
         with self._lock:

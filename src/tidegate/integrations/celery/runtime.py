@@ -18,10 +18,16 @@ from tidegate._redis import client_from_url
 from tidegate.downstream import DownstreamClient
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
+from tidegate.flow.adaptive import (
+    AdaptiveController,
+    AdaptiveLoop,
+    AdaptiveReporter,
+    RedisAdaptiveStore,
+)
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.load import DeadLetterQueue, DeliveryLedger, ParkingLot
 from tidegate.load.outstanding import Outstanding
-from tidegate.settings import Settings
+from tidegate.settings import Settings, adaptive_policy_from_env
 
 __all__ = ["Runtime", "runtime"]
 
@@ -39,6 +45,7 @@ class Runtime:
         self.outstanding = Outstanding(self.client, prefix=prefix)
         self._gates: dict[str, Gate] = {}
         self._clients: dict[str, DownstreamClient] = {}
+        self._adaptive: dict[str, AdaptiveLoop] = {}
         self._lock = threading.Lock()
 
     def gate(self, name: str) -> Gate:
@@ -50,12 +57,32 @@ class Runtime:
                 )
             return self._gates[name]
 
+    def adaptive(self, name: str) -> AdaptiveLoop | None:
+        """The adaptive controller loop of ``name`` in this process, started on first use;
+        ``None`` unless ``TIDEGATE_<NAME>_ADAPTIVE`` is set (see
+        :func:`tidegate.settings.adaptive_policy_from_env`)."""
+        policy = adaptive_policy_from_env(name)
+        if policy is None:
+            return None
+        gate = self.gate(name)
+        with self._lock:
+            if name not in self._adaptive:
+                store = RedisAdaptiveStore(self.client)
+                controller = AdaptiveController(store, name, policy, prefix=self.prefix)
+                loop = AdaptiveLoop(controller, gate)
+                loop.start()
+                self._adaptive[name] = loop
+            return self._adaptive[name]
+
     def downstream(self, name: str, base_url: str | None = None) -> DownstreamClient:
-        """This process's HTTP client for ``name``; it reports every 429 to the gate.
+        """This process's HTTP client for ``name``; it reports every 429 to the gate and,
+        for an adaptive downstream, every call to the fleet's controller.
 
         ``base_url`` defaults to ``TIDEGATE_<NAME>_URL``.
         """
         gate = self.gate(name)
+        loop = self.adaptive(name)
+        observer = None if loop is None else AdaptiveReporter(loop.controller, gate)
         with self._lock:
             if name not in self._clients:
                 url = base_url or os.environ.get(f"TIDEGATE_{name.upper()}_URL")
@@ -63,7 +90,7 @@ class Runtime:
                     raise ConfigurationError(
                         f"no URL for downstream {name!r}: set TIDEGATE_{name.upper()}_URL"
                     )
-                self._clients[name] = DownstreamClient(name, url, feedback=gate)
+                self._clients[name] = DownstreamClient(name, url, feedback=gate, observer=observer)
             return self._clients[name]
 
 

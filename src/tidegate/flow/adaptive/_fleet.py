@@ -1,0 +1,114 @@
+"""The adaptive controller inside a worker: report every call, tick in a thread.
+
+Every worker process runs both halves for each adaptive downstream:
+
+* :class:`AdaptiveReporter` is the downstream client's
+  :class:`~tidegate.downstream.CallObserver`: each call's outcome, latency and
+  rate-limit headers go into the fleet's window in Redis, one script call (one round
+  trip) per call;
+* :class:`AdaptiveLoop` is a daemon thread that calls
+  :meth:`~tidegate.flow.adaptive.AdaptiveController.run_once` once a tick. Every
+  worker's loop asks for the lease; the one holding it drains the window, decides and
+  retunes the gate, the others return at once. When the holder dies its lease expires
+  and the next worker's tick takes over from the state kept in Redis.
+
+A tick that cannot reach Redis is logged and retried at the next tick: the gate keeps
+the last rate it was given, and the lease (if this worker held it) runs out.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from tidegate.errors import BackendError, ConfigurationError
+from tidegate.flow.adaptive._controller import AdaptiveController
+from tidegate.flow.adaptive._hint import RateLimitHint
+from tidegate.flow.adaptive._observe import CallOutcome
+from tidegate.logging import get_logger
+
+if TYPE_CHECKING:
+    from tidegate.flow.gate import Gate
+
+__all__ = ["DEFAULT_TICK_S", "AdaptiveLoop", "AdaptiveReporter"]
+
+log = get_logger("tidegate.adaptive")
+
+#: How often each worker's loop ticks, seconds: the controller's decision period.
+DEFAULT_TICK_S = 1.0
+
+
+class AdaptiveReporter:
+    """Writes each downstream call into the fleet's window (a ``CallObserver``).
+
+    Args:
+        controller: the downstream's controller on this worker.
+        gate: the downstream's gate, to count the leases in flight for a latency
+            report (``None``: not counted; only the concurrency controller uses it).
+    """
+
+    def __init__(self, controller: AdaptiveController, gate: Gate | None = None) -> None:
+        self.controller = controller
+        self.gate = gate
+
+    def observe(
+        self, outcome: CallOutcome, *, latency_ms: float | None, hint: RateLimitHint | None
+    ) -> None:
+        in_flight = 0
+        if self.gate is not None and latency_ms is not None:
+            policy = self.controller.policy
+            if policy.concurrency is not None:
+                in_flight = self.gate.state().leases_held
+        self.controller.report(outcome, latency_ms=latency_ms, in_flight=in_flight, hint=hint)
+
+
+class AdaptiveLoop:
+    """One worker's controller tick, in a daemon thread.
+
+    Args:
+        controller: the downstream's controller on this worker.
+        gate: the gate it retunes while it holds the lease.
+        tick_s: seconds between ticks (> 0).
+    """
+
+    def __init__(
+        self, controller: AdaptiveController, gate: Gate, *, tick_s: float = DEFAULT_TICK_S
+    ) -> None:
+        if not (isinstance(tick_s, int | float) and 0 < tick_s <= 60):
+            raise ConfigurationError(f"tick_s must be within (0, 60], got {tick_s!r}")
+        self.controller = controller
+        self.gate = gate
+        self.tick_s = float(tick_s)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start ticking (idempotent)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, name=f"tidegate-adaptive-{self.controller.name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop ticking and give the lease up, so another worker takes over at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.controller.stop()
+
+    def tick(self) -> None:
+        """One tick; a store or gate that cannot be reached is logged, not raised."""
+        try:
+            self.controller.run_once(self.gate)
+        except BackendError as exc:
+            log.warning(
+                "adaptive_tick_failed", downstream=self.controller.name, error=type(exc).__name__
+            )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.tick()
+            self._stop.wait(self.tick_s)
