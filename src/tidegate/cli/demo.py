@@ -41,6 +41,7 @@ CHAOS_KINDS = (
     "slow-downstream",
     "slow-commit",
     "poison",
+    "redis-oom",
 )
 
 _VESSEL = frozenset(

@@ -33,6 +33,10 @@ server):
     workers' soft time limit while the rest go through: the task gives up, the TOS
     still commits. The workers know the TOS's ``max_request_s``
     (``TIDEGATE_TOS_MAX_REQUEST_S``): no lookup, no resend before it.
+``redis-oom``
+    Redis refuses every write (``OOM``: ``maxmemory`` with ``noeviction``) for
+    ``fault_s`` mid-burst, then takes writes again (:mod:`tidegate.ops.chaos_oom`):
+    the workers must wait and resume, losing, repeating and dead-lettering nothing.
 ``poison``
     Malformed documents (truncated, not EDIFACT, broken references, an envelope
     without a body) are mixed into the burst, plus oversized ones that the intake must
@@ -132,6 +136,7 @@ Kind = Literal[
     "slow-downstream",
     "slow-commit",
     "poison",
+    "redis-oom",
 ]
 #: The scenarios, in the order the benchmark runs them.
 KINDS: tuple[Kind, ...] = (
@@ -142,6 +147,7 @@ KINDS: tuple[Kind, ...] = (
     "slow-downstream",
     "slow-commit",
     "poison",
+    "redis-oom",
 )
 #: The scenarios that restart Redis (on an append-only file, the production setting).
 _RESTARTS = frozenset({"redis-restart", "host-crash"})
@@ -367,6 +373,7 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
             "slow-downstream": {"fault_at_s": 1.0, "fault_s": 8.0, "tos_workers": 6},
             "slow-commit": {"fault_at_s": 1.0, "tos_service_s": 0.15},
             "poison": {"interchanges": 200, "poison_per_kind": 2},
+            "redis-oom": {"fault_at_s": 2.0, "fault_s": 8.0, "tos_service_s": 0.15},
         }
     else:
         base = ChaosConfig(kind)
@@ -395,6 +402,8 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
             "slow-downstream": {"interchanges": 3000, "tos_workers": 6},
             "slow-commit": {"interchanges": 3000, "fault_at_s": 10.0, "stragglers": 8},
             "poison": {"interchanges": 2000},
+            # The issue's incident: memory full for 25 s while the burst drains.
+            "redis-oom": {"interchanges": 3000, "fault_at_s": 10.0, "fault_s": 25.0},
         }
     return replace(base, **shapes[kind])
 
@@ -1556,6 +1565,10 @@ def _scenario(config: ChaosConfig, log_dir: Path | None, server: EmbeddedRedis) 
         return _SlowDownstream(config, log_dir)
     if config.kind == "slow-commit":
         return _SlowCommit(config, log_dir)
+    if config.kind == "redis-oom":
+        from tidegate.ops.chaos_oom import RedisOom  # its module builds on this one
+
+        return RedisOom(config, log_dir, server)
     return _Poison(config, log_dir)
 
 
