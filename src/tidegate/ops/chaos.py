@@ -811,6 +811,9 @@ class _KillWorkers(_Scenario):
         self.stopped_at: float | None = None
         self.expected = 0
         self.stolen: list[dict[str, Any]] = []
+        # Ticks begin once the burst is submitted; on a loaded machine that can take
+        # longer than the whole kill window, so the window counts from the first tick.
+        self.offset_s: float | None = None
 
     def started(self, run: RunHandles) -> None:
         self.expected = len(run.submissions) - len(run.refused)
@@ -829,6 +832,9 @@ class _KillWorkers(_Scenario):
                 self.timeline.append(
                     {"t": round(t, 2), "event": "worker_restarted", "pool": name, "cause": cause}
                 )
+        if self.offset_s is None:
+            self.offset_s = t
+            self.next_kill += t
         if self.stopped_at is not None or t < self.next_kill:
             return
         delivered = (
@@ -836,7 +842,10 @@ class _KillWorkers(_Scenario):
             + run.tos.stats(timeline=False)["distinct_keys"]
         )
         cfg = self.config
-        if delivered >= cfg.kill_until * self.expected or t > cfg.fault_at_s + cfg.fault_s:
+        if (
+            delivered >= cfg.kill_until * self.expected
+            or t > self.offset_s + cfg.fault_at_s + cfg.fault_s
+        ):
             self.stopped_at = t
             self.timeline.append({"t": round(t, 2), "event": "kills_stopped"})
             return
