@@ -811,9 +811,6 @@ class _KillWorkers(_Scenario):
         self.stopped_at: float | None = None
         self.expected = 0
         self.stolen: list[dict[str, Any]] = []
-        # Ticks begin once the burst is submitted; on a loaded machine that can take
-        # longer than the whole kill window, so the window counts from the first tick.
-        self.offset_s: float | None = None
 
     def started(self, run: RunHandles) -> None:
         self.expected = len(run.submissions) - len(run.refused)
@@ -832,9 +829,6 @@ class _KillWorkers(_Scenario):
                 self.timeline.append(
                     {"t": round(t, 2), "event": "worker_restarted", "pool": name, "cause": cause}
                 )
-        if self.offset_s is None:
-            self.offset_s = t
-            self.next_kill += t
         if self.stopped_at is not None or t < self.next_kill:
             return
         delivered = (
@@ -842,10 +836,7 @@ class _KillWorkers(_Scenario):
             + run.tos.stats(timeline=False)["distinct_keys"]
         )
         cfg = self.config
-        if (
-            delivered >= cfg.kill_until * self.expected
-            or t > self.offset_s + cfg.fault_at_s + cfg.fault_s
-        ):
+        if delivered >= cfg.kill_until * self.expected or t > cfg.fault_at_s + cfg.fault_s:
             self.stopped_at = t
             self.timeline.append({"t": round(t, 2), "event": "kills_stopped"})
             return
@@ -1581,6 +1572,42 @@ def _scenario(config: ChaosConfig, log_dir: Path | None, server: EmbeddedRedis) 
     return _Poison(config, log_dir)
 
 
+class _FromSubmitted:
+    """A scenario whose clock starts when the burst is submitted, as ``fault_at_s`` says.
+
+    :func:`run_vessel_demo` counts ``t`` from the start of the submission and ticks only
+    after it; on a loaded machine submitting 10,000 interchanges can outlast a whole
+    fault window, and every fault would then strike the burst's tail. The first tick's
+    ``t`` (the submission's length) is taken off every ``t`` the scenario sees.
+    """
+
+    def __init__(self, scenario: _Scenario) -> None:
+        self.scenario = scenario
+        self.offset_s: float | None = None
+
+    def worker_env(self) -> Mapping[str, str]:
+        return self.scenario.worker_env()
+
+    def documents(self, burst: list[Submission]) -> list[Submission]:
+        return self.scenario.documents(burst)
+
+    def started(self, run: RunHandles) -> None:
+        self.scenario.started(run)
+
+    def tick(self, run: RunHandles, t: float) -> None:
+        if self.offset_s is None:
+            self.offset_s = t
+        self.scenario.tick(run, t - self.offset_s)
+
+    def busy(self, t: float) -> bool:
+        return self.scenario.busy(t - (self.offset_s or 0.0))
+
+    def collect(self, run: RunHandles) -> dict[str, Any]:
+        data = self.scenario.collect(run)
+        data["submit_s"] = round(self.offset_s or 0.0, 2)
+        return data
+
+
 def _drain_delays(report: dict[str, Any], config: ChaosConfig) -> dict[str, Any]:
     """Per downstream: when its last document settled, vs the ideal drain time."""
     chaos = report["chaos"]
@@ -1635,7 +1662,7 @@ def run_chaos(
                 log_dir=log_dir,
                 on_sample=on_sample,
                 interval_s=interval_s,
-                disturbance=scenario,
+                disturbance=_FromSubmitted(scenario),
             )
         finally:
             server.stop()
