@@ -4,7 +4,8 @@ Runs every scenario of :mod:`tidegate.ops.chaos` — ``kill-workers`` (the 10,00
 interchange burst with SIGKILLs), ``redis-restart``, ``host-crash`` (the restart with
 the AOF's last second lost), ``downstream-outage`` (twice: with 150 and with 10 customs
 documents in flight), ``slow-downstream``, ``slow-commit`` (TOS requests that outlive
-their task and commit at the end), ``poison`` — each
+their task and commit at the end), ``poison``, ``redis-oom`` (Redis refuses every write
+for 25 s mid-burst, then takes writes again) — each
 on its own embedded Redis with real Celery
 workers and simulated downstreams, and prints one markdown table: per scenario,
 documents submitted / delivered / dead-lettered / refused at intake / lost /

@@ -262,6 +262,24 @@ def test_a_first_failure_is_stamped_on_the_parked_unit(
     assert before <= parked["first_failed_at"] <= time.time()
 
 
+def test_a_parked_unit_leaves_the_orphan_sweeps_index(
+    app: Celery, tos: TosSim, redis_client: redis.Redis, prefix: str
+) -> None:
+    """The lot holds a parked unit: the sweep must not take it for lost (its record
+    stays, for the mover's republish to replace)."""
+    tos.set_outage(None, mode="503")
+    push = _task(app, tos, [])
+    outstanding = Outstanding(redis_client, prefix=prefix)
+    s0 = outstanding.record(OutstandingUnit(ENVELOPE["key"], push.name, "t-1", "q", [], {}))
+    assert outstanding.pushed(ENVELOPE["key"], "q", s0) > 0
+
+    push.apply(args=[ENVELOPE]).get()
+
+    assert len(_parked(redis_client, prefix)) == 1
+    assert outstanding.get(ENVELOPE["key"]) is not None
+    assert redis_client.zscore(outstanding.pushed_key("q"), ENVELOPE["key"]) is None
+
+
 def _redis_now(client: redis.Redis) -> float:
     seconds, micros = client.time()
     return seconds + micros / 1_000_000

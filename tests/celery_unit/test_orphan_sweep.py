@@ -25,8 +25,14 @@ from tidegate.logging import key_hash
 TASK = "unit.sweep.push"
 
 
-def _unit(key: str, task_id: str = "t-1") -> OutstandingUnit:
-    return OutstandingUnit(key, TASK, task_id, "q", [{"key": key}], {})
+def _unit(key: str, task_id: str = "t-1", queue: str = "q") -> OutstandingUnit:
+    return OutstandingUnit(key, TASK, task_id, queue, [{"key": key}], {})
+
+
+def _pushed_and_lost(outstanding: Outstanding, unit: OutstandingUnit) -> None:
+    """A unit whose publish was recorded and confirmed, and whose message is nowhere."""
+    s0 = outstanding.record(unit)
+    assert outstanding.pushed(unit.key, unit.queue, s0) > 0
 
 
 def test_find_orphans_needs_consecutive_misses() -> None:
@@ -128,6 +134,7 @@ def test_messages_in_unacked_or_parked_are_not_orphans(
         delay_s=600,
         reason="test",
     )
+    ctx["outstanding"].hold(key)  # what GatedTask does after parking
     for _ in range(3):
         assert ctx["sweep"].sweep_once() == 0
 
@@ -136,7 +143,7 @@ def test_a_delivered_unit_with_a_stale_record_is_settled_not_republished(
     ctx: dict[str, Any], redis_client: redis.Redis, prefix: str
 ) -> None:
     """The settle after delivery failed (Redis blinked): the ledger knows better."""
-    ctx["outstanding"].record(_unit("K9", "gone"))
+    _pushed_and_lost(ctx["outstanding"], _unit("K9", "gone"))
     DeliveryLedger(redis_client, prefix=prefix).mark("", "K9")
     ctx["sweep"].sweep_once()
     assert ctx["sweep"].sweep_once() == 0
@@ -156,7 +163,7 @@ def test_one_worker_of_the_fleet_sweeps_per_interval(
         broker=sweep.broker,
         interval_s=60,
     )
-    ctx["outstanding"].record(_unit("K5", "nowhere"))
+    _pushed_and_lost(ctx["outstanding"], _unit("K5", "nowhere"))
     ctx["outstanding"].arm(3)
     sweep.maybe_sweep(now=1000.0)
     other.maybe_sweep(now=1000.0)  # the fleet's turn is taken: no second count
@@ -205,7 +212,7 @@ def test_a_death_sweeps_a_lost_unit_back_through_maybe_sweep(
         for i in range(5):
             results.append(sweep.maybe_sweep(now=1000.0 + 61 * i))
             redis_client.delete(outstanding.lock_key)  # the interval passes for the fleet too
-    assert results == [0, 1, 0, 0, 0]
+    assert results == [0, 1, 0, 0, 0]  # four sweeps armed: misses + 2
     assert _queued_keys(redis_client, ctx["queue"]) == ["K1", "K2"]
     events = [e["event"] for e in logs]
     assert events.count("orphan_sweep_armed") == 1

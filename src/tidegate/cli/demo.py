@@ -42,6 +42,7 @@ CHAOS_KINDS = (
     "slow-commit",
     "poison",
     "broker-restart",
+    "redis-oom",
 )
 
 _VESSEL = frozenset(

@@ -7,33 +7,22 @@ help because kombu never counted it as delivered (celery/kombu#305,
 celery/celery#7950). Sidekiq sells "reliable fetch" for the same hole.
 
 tidegate closes it from the outside. Every tracked publish records the unit here
-(idempotency key → task, arguments, queue and the task id of its current message);
-settling it — delivered, dead-lettered — removes the record. Every worker main
-process beats (:meth:`Outstanding.beat`); a worker silent for longer than a few beats
-died without a clean shutdown, and only then is there anything to look for: its death
-*arms* a few orphan sweeps (:mod:`tidegate.integrations.celery.sweep`). In normal
-operation the sweep costs one small Redis call per interval, whatever the backlog.
+(idempotency key -> task, arguments, queue and the task id of its current message);
+settling it (delivered, dead-lettered) removes the record. Every worker main process
+beats (:meth:`Outstanding.beat`); only a worker silent for longer than a few beats
+can have lost a message, and only its death *arms* a few orphan sweeps
+(:mod:`tidegate.integrations.celery.sweep`). Unarmed, a sweep is one small call.
 
-An armed sweep reads the broker's lists, its ``unacked`` hash and the parking lot in
-bounded pages into a scratch set in Redis, then walks the records in pages against
-it: a unit whose message is in none of them for ``misses`` sweeps in a row is
-republished. Reading order makes the pages safe without one atomic snapshot: a message
-only moves from a list to ``unacked`` (read after the lists) while the sweep reads,
-and a unit published after its list was read is missing once, not twice. kombu's own
-in-between states (popped but not yet in ``unacked``) last microseconds unless the
-process dies there. Were a live unit republished anyway, the copy that runs second
-finds the delivery ledger at ``delivered`` or ``sending`` and does not send blindly;
-only two copies running at the very same moment could both send, under the same
-idempotency key.
-
-The records hold the unit's arguments, so a backlog takes about twice its size in
-Redis while it drains; a record is removed as soon as its unit settles.
+How an armed sweep finds the units that can have been lost without reading the queues
+(publish sequences ``s0``/``s1`` and the oldest queued message) is explained in
+:mod:`tidegate.load.sweep_index`, which reads the index this registry keeps.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -44,7 +33,16 @@ from tidegate.errors import ConfigurationError
 from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.logging import get_logger, key_hash
 
-__all__ = ["DEFAULT_MISSES", "OrphanVerdict", "Outstanding", "OutstandingUnit", "find_orphans"]
+__all__ = [
+    "DEFAULT_MISSES",
+    "LANE_HEADER",
+    "SEQ_HEADER",
+    "OrphanVerdict",
+    "Outstanding",
+    "OutstandingUnit",
+    "find_orphans",
+    "lane_of",
+]
 
 log = get_logger("tidegate.load")
 
@@ -62,18 +60,25 @@ class OutstandingUnit:
     queue: str
     args: list[Any]
     kwargs: dict[str, Any]
+    #: The kombu list its message went to, without the broker's key prefix: the queue's
+    #: name for priority step 0 (the default), else name + separator + step.
+    lane: str = ""
+
+    @property
+    def index_lane(self) -> str:
+        return self.lane or self.queue
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "task": self.task,
-                "task_id": self.task_id,
-                "queue": self.queue,
-                "args": self.args,
-                "kwargs": self.kwargs,
-            },
-            separators=(",", ":"),
-        )
+        data = {
+            "task": self.task,
+            "task_id": self.task_id,
+            "queue": self.queue,
+            "args": self.args,
+            "kwargs": self.kwargs,
+        }
+        if self.lane and self.lane != self.queue:
+            data["lane"] = self.lane
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, key: str, raw: str | bytes) -> OutstandingUnit:
@@ -85,6 +90,7 @@ class OutstandingUnit:
             str(data["queue"]),
             list(data["args"]),
             dict(data["kwargs"]),
+            str(data.get("lane") or ""),
         )
 
 
@@ -94,6 +100,17 @@ class OrphanVerdict:
 
     orphans: list[OutstandingUnit]
     misses: dict[str, int]
+
+
+def lane_of(queue: str, priority: Any, steps: Sequence[int], sep: str) -> str:
+    """The kombu list (without key prefix) a message of ``priority`` goes to: kombu's
+    Redis channel clamps it to 0..9 (0 when absent) and takes the largest step below."""
+    try:
+        level = min(max(int(priority), 0), 9)
+    except (TypeError, ValueError):
+        level = 0
+    step = steps[bisect.bisect(steps, level) - 1]
+    return queue if step == 0 else f"{queue}{sep}{step}"
 
 
 def find_orphans(
@@ -124,8 +141,14 @@ def find_orphans(
     return OrphanVerdict(orphans, counts)
 
 
+#: The message header that carries a unit's ``s0`` (see the module docstring).
+SEQ_HEADER = "tidegate_seq"
+#: The header that tells the publish confirm which list (lane) the message went to.
+LANE_HEADER = "tidegate_lane"
+
+
 class Outstanding:
-    """The registry of published, unsettled units of one namespace.
+    """The registry of published, unsettled units of one namespace, and its sweep index.
 
     Args:
         client: a sync Redis client (tidegate's Redis, not necessarily the broker's).
@@ -135,6 +158,7 @@ class Outstanding:
     def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self.client = client
         base = f"{prefix}:{{outstanding}}"
+        self.base = base
         self.units_key = f"{base}:units"
         self.misses_key = f"{base}:misses"
         self.lock_key = f"{base}:sweep-lock"
@@ -142,8 +166,25 @@ class Outstanding:
         self.armed_key = f"{base}:armed"
         self.present_key = f"{base}:present"
         self.queues_key = f"{base}:queues"
+        self.seq_key = f"{base}:seq"
+        self.seen_key = f"{base}:seen"
+        self.indexed_key = f"{base}:indexed"
         self._beat = client.register_script(lua_script("worker_beat", "tidegate.load"))
         self._take = client.register_script(lua_script("sweep_take", "tidegate.load"))
+        self._record = client.register_script(lua_script("outstanding_record", "tidegate.load"))
+        self._pushed = client.register_script(lua_script("outstanding_pushed", "tidegate.load"))
+        self._drop = client.register_script(lua_script("outstanding_drop", "tidegate.load"))
+        self._requeued = client.register_script(lua_script("outstanding_requeued", "tidegate.load"))
+
+    def published_key(self, lane: str) -> str:
+        """Units of ``lane`` whose push is not confirmed yet (score ``s0``)."""
+        return f"{self.base}:published:{lane}"
+
+    def pushed_key(self, lane: str) -> str:
+        """Units of ``lane`` pushed to the broker (score ``s1``)."""
+        return f"{self.base}:pushed:{lane}"
+
+    # -- the fleet's roll -------------------------------------------------------------
 
     def beat(
         self, worker: str, *, dead_after_s: float, arm_sweeps: int, now_ms: float | None = None
@@ -172,7 +213,58 @@ class Outstanding:
     def take_armed_sweep(self) -> bool:
         """Use one armed sweep; False when none is armed (and the miss counts are gone)."""
         with map_redis_errors("take sweep"):
-            return int(self._take([self.armed_key, self.misses_key], [])) > 0
+            keys = [self.armed_key, self.misses_key, self.seen_key]
+            return int(self._take(keys, [])) > 0
+
+    # -- a unit's life ----------------------------------------------------------------
+
+    def record(self, unit: OutstandingUnit) -> int:
+        """Remember ``unit`` before its message is pushed (replacing an older record of
+        its key); returns its ``s0``, for the message's :data:`SEQ_HEADER`."""
+        keys = [self.units_key, self.misses_key, self.queues_key, self.seq_key, self.indexed_key]
+        with map_redis_errors("outstanding record"):
+            args = [unit.key, unit.to_json(), self.base, unit.queue, unit.index_lane]
+            return int(self._record(keys, args))
+
+    def pushed(self, key: str, lane: str, s0: int, *, s1: int | None = None) -> int:
+        """The message recorded under ``s0`` is in the broker (list ``lane``): index the
+        unit under a new ``s1`` (or the given one). Returns ``s1``, 0 if the unit was not
+        waiting under ``s0``."""
+        keys = [self.published_key(lane), self.pushed_key(lane), self.seq_key]
+        with map_redis_errors("outstanding pushed"):
+            return int(self._pushed(keys, [key, s0, "" if s1 is None else s1]))
+
+    def requeued(self, key: str, task_id: str) -> int:
+        """kombu pushed ``task_id`` (the unit's current message) again at the newest end
+        of its list: a new ``s1``. Returns it, 0 if the record is of another message."""
+        with map_redis_errors("outstanding requeued"):
+            keys = [self.units_key, self.seq_key, self.misses_key]
+            return int(self._requeued(keys, [key, task_id, self.base]))
+
+    def hold(self, key: str) -> None:
+        """``key`` is parked: the lot holds it, the sweep need not look for it."""
+        with map_redis_errors("outstanding hold"):
+            self._drop([self.units_key, self.misses_key], [key, self.base, "hold"])
+
+    def settle(self, key: str) -> None:
+        """Forget ``key``: it was delivered or dead-lettered."""
+        with map_redis_errors("outstanding settle"):
+            self._drop([self.units_key, self.misses_key], [key, self.base, "settle"])
+
+    def queues(self) -> list[str]:
+        """Every queue a recorded unit was published to (a handful of names)."""
+        with map_redis_errors("outstanding queues"):
+            names = cast("set[bytes]", self.client.smembers(self.queues_key))
+        return sorted(name.decode() for name in names)
+
+    def get(self, key: str) -> OutstandingUnit | None:
+        with map_redis_errors("outstanding get"):
+            raw = self.client.hget(self.units_key, key)
+        return None if raw is None else OutstandingUnit.from_json(key, raw)
+
+    def __len__(self) -> int:
+        with map_redis_errors("outstanding count"):
+            return int(self.client.hlen(self.units_key))
 
     def iter_pages(self, page: int) -> Iterator[list[OutstandingUnit]]:
         """Every record, ``page`` at a time (HSCAN: never the whole registry at once)."""
@@ -186,38 +278,6 @@ class Outstanding:
         with map_redis_errors("outstanding misses"):
             values = cast("list[bytes | None]", self.client.hmget(self.misses_key, keys))
         return {k: int(v) for k, v in zip(keys, values, strict=True) if v is not None}
-
-    def record(self, unit: OutstandingUnit) -> None:
-        """Remember ``unit`` (replacing an older record of its key: a new message)."""
-        with map_redis_errors("outstanding record"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(self.units_key, unit.key, unit.to_json())
-            pipe.hdel(self.misses_key, unit.key)
-            pipe.sadd(self.queues_key, unit.queue)
-            pipe.execute()
-
-    def queues(self) -> list[str]:
-        """Every queue a recorded unit was published to (a handful of names)."""
-        with map_redis_errors("outstanding queues"):
-            names = cast("set[bytes]", self.client.smembers(self.queues_key))
-        return sorted(name.decode() for name in names)
-
-    def settle(self, key: str) -> None:
-        """Forget ``key``: it was delivered or dead-lettered."""
-        with map_redis_errors("outstanding settle"):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hdel(self.units_key, key)
-            pipe.hdel(self.misses_key, key)
-            pipe.execute()
-
-    def get(self, key: str) -> OutstandingUnit | None:
-        with map_redis_errors("outstanding get"):
-            raw = self.client.hget(self.units_key, key)
-        return None if raw is None else OutstandingUnit.from_json(key, raw)
-
-    def __len__(self) -> int:
-        with map_redis_errors("outstanding count"):
-            return int(self.client.hlen(self.units_key))
 
     @staticmethod
     def parse_units(raw: Mapping[bytes, bytes]) -> list[OutstandingUnit]:

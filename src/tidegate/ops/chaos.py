@@ -37,6 +37,10 @@ server):
     RabbitMQ as the broker (a private node), SIGKILLed mid-burst and booted again
     (:mod:`tidegate.ops.chaos_amqp`; ``--broker amqp://…`` runs ``kill-workers`` and
     ``downstream-outage`` on RabbitMQ too).
+``redis-oom``
+    Redis refuses every write (``OOM``: ``maxmemory`` with ``noeviction``) for
+    ``fault_s`` mid-burst, then takes writes again (:mod:`tidegate.ops.chaos_oom`):
+    the workers must wait and resume, losing, repeating and dead-lettering nothing.
 ``poison``
     Malformed documents (truncated, not EDIFACT, broken references, an envelope
     without a body) are mixed into the burst, plus oversized ones that the intake must
@@ -138,6 +142,7 @@ Kind = Literal[
     "slow-commit",
     "poison",
     "broker-restart",
+    "redis-oom",
 ]
 #: The scenarios, in the order the benchmark runs them.
 KINDS: tuple[Kind, ...] = (
@@ -149,6 +154,7 @@ KINDS: tuple[Kind, ...] = (
     "slow-commit",
     "poison",
     "broker-restart",
+    "redis-oom",
 )
 #: The scenarios that restart Redis (on an append-only file, the production setting).
 _RESTARTS = frozenset({"redis-restart", "host-crash"})
@@ -375,6 +381,7 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
             "slow-commit": {"fault_at_s": 1.0, "tos_service_s": 0.15},
             "poison": {"interchanges": 200, "poison_per_kind": 2},
             "broker-restart": {"fault_at_s": 3.0, "fault_s": 4.0, "tos_service_s": 0.15},
+            "redis-oom": {"fault_at_s": 2.0, "fault_s": 8.0, "tos_service_s": 0.15},
         }
     else:
         base = ChaosConfig(kind)
@@ -405,6 +412,8 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
             "poison": {"interchanges": 2000},
             # RabbitMQ (a private node) SIGKILLed 20 s in, down 10 s, booted again.
             "broker-restart": {"interchanges": 3000, "fault_at_s": 20.0, "fault_s": 10.0},
+            # The issue's incident: memory full for 25 s while the burst drains.
+            "redis-oom": {"interchanges": 3000, "fault_at_s": 10.0, "fault_s": 25.0},
         }
     return replace(base, **shapes[kind])
 
@@ -1566,7 +1575,47 @@ def _scenario(config: ChaosConfig, log_dir: Path | None, server: EmbeddedRedis) 
         return _SlowDownstream(config, log_dir)
     if config.kind == "slow-commit":
         return _SlowCommit(config, log_dir)
+    if config.kind == "redis-oom":
+        from tidegate.ops.chaos_oom import RedisOom  # its module builds on this one
+
+        return RedisOom(config, log_dir, server)
     return _Poison(config, log_dir)
+
+
+class _FromSubmitted:
+    """A scenario whose clock starts when the burst is submitted, as ``fault_at_s`` says.
+
+    :func:`run_vessel_demo` counts ``t`` from the start of the submission and ticks only
+    after it; on a loaded machine submitting 10,000 interchanges can outlast a whole
+    fault window, and every fault would then strike the burst's tail. The first tick's
+    ``t`` (the submission's length) is taken off every ``t`` the scenario sees.
+    """
+
+    def __init__(self, scenario: _Scenario) -> None:
+        self.scenario = scenario
+        self.offset_s: float | None = None
+
+    def worker_env(self) -> Mapping[str, str]:
+        return self.scenario.worker_env()
+
+    def documents(self, burst: list[Submission]) -> list[Submission]:
+        return self.scenario.documents(burst)
+
+    def started(self, run: RunHandles) -> None:
+        self.scenario.started(run)
+
+    def tick(self, run: RunHandles, t: float) -> None:
+        if self.offset_s is None:
+            self.offset_s = t
+        self.scenario.tick(run, t - self.offset_s)
+
+    def busy(self, t: float) -> bool:
+        return self.scenario.busy(t - (self.offset_s or 0.0))
+
+    def collect(self, run: RunHandles) -> dict[str, Any]:
+        data = self.scenario.collect(run)
+        data["submit_s"] = round(self.offset_s or 0.0, 2)
+        return data
 
 
 def _drain_delays(report: dict[str, Any], config: ChaosConfig) -> dict[str, Any]:
@@ -1634,7 +1683,7 @@ def run_chaos(
                 log_dir=log_dir,
                 on_sample=on_sample,
                 interval_s=interval_s,
-                disturbance=scenario,
+                disturbance=_FromSubmitted(scenario),
                 broker=None if amqp is None else amqp.broker,
             )
         finally:

@@ -54,7 +54,7 @@ from tidegate.logging import get_logger
 from tidegate.ops import front_door
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
-from tidegate.ops.reconcile import keys_in_messages, reconcile
+from tidegate.ops.reconcile import Reconciliation, keys_in_messages, reconcile
 from tidegate.ops.run_broker import RedisRunBroker, RunBroker
 from tidegate.sim import CustomsSim, TosSim
 
@@ -340,6 +340,43 @@ def _sample_until_settled(
         time.sleep(interval_s)
 
 
+def _outcome(run: RunHandles, broker: RunBroker, accepted: Counter[str]) -> Reconciliation:
+    """Every submitted key's one outcome, from the parties' own records."""
+    client, prefix = run.client, run.prefix
+    return reconcile(
+        (item.key for item in run.submissions),
+        accepted=accepted,
+        dead_lettered=(letter.key for letter in DeadLetterQueue(client, prefix=prefix).iter()),
+        refused=(item.key for item in run.refused),
+        pending=[
+            *broker.pending_keys(list(TASK_FOR_QUEUE)),
+            *(key for page in ParkingLot(client, prefix=prefix).iter_keys(500) for key in page),
+        ],
+    )
+
+
+def _attach(
+    report: dict[str, Any],
+    *,
+    intake: dict[str, Any] | None,
+    chaos: dict[str, Any] | None,
+    run: RunHandles,
+    customs: Mapping[str, Any],
+    tos: Mapping[str, Any],
+) -> None:
+    """The report's optional parts: the front door's figures, the chaos scenario's, and
+    the accept timelines the plot draws (private: ``public()`` drops them)."""
+    if intake is not None:
+        report["intake"] = intake
+    if chaos is not None:
+        report["chaos"] = chaos
+    report["_timelines"] = {
+        "customs": customs.get("accept_timeline", []),
+        "tos": tos.get("accept_timeline", []),
+        "t0": run.wall_t0,
+    }
+
+
 def run_vessel_demo(
     url: str,
     config: VesselConfig,
@@ -409,16 +446,7 @@ def run_vessel_demo(
             untrack()
             fleet.stop()
             producer.close()
-    outcome = reconcile(
-        (item.key for item in submissions),
-        accepted=accepted,
-        dead_lettered=(letter.key for letter in DeadLetterQueue(client, prefix=prefix).iter()),
-        refused=(item.key for item in run.refused),
-        pending=[
-            *broker.pending_keys(list(TASK_FOR_QUEUE)),
-            *(key for page in ParkingLot(client, prefix=prefix).iter_keys(500) for key in page),
-        ],
-    )
+    outcome = _outcome(run, broker, accepted)
     counts = outcome.counts()
     report = {
         "scenario": "vessel",
@@ -456,15 +484,14 @@ def run_vessel_demo(
         },
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
     }
-    if intake is not None:
-        report["intake"] = intake
-    if disturbance is not None:
-        report["chaos"] = chaos
-    report["_timelines"] = {
-        "customs": c_full.get("accept_timeline", []),
-        "tos": t_full.get("accept_timeline", []),
-        "t0": run.wall_t0,
-    }
+    _attach(
+        report,
+        intake=intake,
+        chaos=chaos if disturbance is not None else None,
+        run=run,
+        customs=c_full,
+        tos=t_full,
+    )
     cleanup_prefix(client, prefix)
     return report, samples
 

@@ -41,6 +41,7 @@ __all__ = [
     "Transport",
     "WriteTolerantQoS",
     "install_write_tolerant_broker",
+    "on_requeue",
 ]
 
 log = get_logger("tidegate.celery")
@@ -49,6 +50,29 @@ log = get_logger("tidegate.celery")
 TRANSPORT = "tidegate.integrations.celery.broker:Transport"
 #: Seconds between attempts to replay the journal while Redis refuses writes.
 RETRY_INTERVAL_S = 0.5
+
+_REQUEUE_HOOKS: list[Callable[[Any], None]] = []
+
+
+def on_requeue(hook: Callable[[Any], None]) -> Callable[[], None]:
+    """Call ``hook(message)`` after a message was pushed back at the newest end of its
+    list (a reject with requeue); returns the function that removes it. The orphan
+    sweep counts such a message as published anew (:mod:`tidegate.load.sweep_index`)."""
+    _REQUEUE_HOOKS.append(hook)
+
+    def remove() -> None:
+        if hook in _REQUEUE_HOOKS:
+            _REQUEUE_HOOKS.remove(hook)
+
+    return remove
+
+
+def _requeued(message: Any) -> None:
+    for hook in list(_REQUEUE_HOOKS):
+        try:
+            hook(message)
+        except Exception as exc:  # a hook must never stop the consumer
+            log.warning("requeue_hook_failed", error=type(exc).__name__)
 
 
 @dataclass
@@ -179,7 +203,10 @@ class WriteTolerantQoS(kombu_redis.QoS):
                 self._remove_from_indices(tag).execute()
             return
         if recorded:
+            requeued = self._delivered.get(tag) if self._delivered is not None else None
             self.restore_by_tag(tag, leftmost=True)
+            if requeued is not None:
+                _requeued(requeued)
             return
         raw = message._raw if message is not None else None
         if raw is None:
@@ -193,6 +220,7 @@ class WriteTolerantQoS(kombu_redis.QoS):
                 payload, delivery.get("exchange", ""), delivery.get("routing_key", ""), pipe, True
             )
             pipe.execute()
+        _requeued(message)
 
     def flush_pending(self, *, force: bool = False) -> None:
         """Replay the owed writes, oldest first; stop at the first refusal."""

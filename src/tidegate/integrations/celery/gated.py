@@ -428,6 +428,15 @@ class GatedTask(Task[Any, Any]):
         envelope["replay"] = int(self._header(REPLAY_HEADER) or 0)
         envelope["key"] = self.idempotency_key(args, kwargs)
         rt.parking.park(envelope, delay_s=verdict.delay_s, reason=verdict.reason)
+        try:
+            rt.outstanding.hold(envelope["key"])  # the lot holds it: no orphan to look for
+        except BackendError as exc:
+            log.warning(
+                "outstanding_hold_failed",
+                task=self.name,
+                key_hash=key_hash(envelope["key"]),
+                error=type(exc).__name__,
+            )
         return {"tidegate": "parked", "reason": verdict.reason, "delay_s": verdict.delay_s}
 
     def _dead_letter(

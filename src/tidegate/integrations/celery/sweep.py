@@ -3,19 +3,20 @@
 See :mod:`tidegate.load.outstanding` for the hole this closes (a worker main process
 SIGKILLed between kombu's ``BRPOP`` and its ``unacked`` write loses that message).
 
-- :func:`track_publishes` records every publish of the named tasks that carries an
-  idempotency key (``before_task_publish``, in whatever process publishes: the
-  intake, a worker's aggregate, the parking mover). ``setup()`` turns it on for an
-  app's :class:`GatedTask` tasks; a separate producer app calls it itself.
+- :func:`track_publishes` (:mod:`tidegate.integrations.celery.tracking`) records every
+  publish of the named tasks that carries an idempotency key, in whatever process
+  publishes: the intake, a worker's aggregate, the parking mover. ``setup()`` turns it
+  on for an app's :class:`GatedTask` tasks; a separate producer app calls it itself.
 - :class:`OrphanSweep` runs in every worker's mover thread. Each worker beats; when
   one falls silent without a clean shutdown (a SIGKILLed main process), its death
-  arms ``misses + 1`` sweeps (event ``orphan_sweep_armed``), and a Redis lock lets one
-  worker sweep per interval. An armed sweep reads the broker's queue lists, its
-  ``unacked`` hash and the parking lot in pages of :data:`SWEEP_PAGE` into a scratch
-  set in Redis, walks the records in pages against it, and republishes a unit whose
-  message has been missing for ``misses`` sweeps in a row (event
-  ``orphan_republished``). No Redis command it sends and no Python object it holds
-  grows with the backlog; unarmed, it costs one small Redis call per interval.
+  arms ``misses + 2`` sweeps (event ``orphan_sweep_armed``), and a Redis lock lets one
+  worker sweep per interval. An armed sweep never reads the queues: it reads the
+  oldest end of each queue list, kombu's ``unacked`` hash (in-flight sized), and the
+  units pushed before that oldest message, in pages of :data:`SWEEP_PAGE` (why that
+  suffices: :mod:`tidegate.load.sweep_index`). A unit whose message has been missing
+  for ``misses`` sweeps in a row is republished (event ``orphan_republished``). No
+  Redis command it sends and no Python object it holds grows with the backlog, and
+  neither does its time; unarmed, it costs one small Redis call per interval.
 """
 
 from __future__ import annotations
@@ -23,25 +24,26 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
-from celery import Celery, signals
+from celery import Celery
 
 from tidegate._redis import hash_pages, map_redis_errors
-from tidegate.delivery import unit_key
-from tidegate.errors import BackendError, ConfigurationError
+from tidegate.errors import ConfigurationError
+from tidegate.integrations.celery.tracking import track_publishes
 from tidegate.load import DeliveryLedger, DeliveryState, ParkingLot
 from tidegate.load.depth import RedisDepthProbe
 from tidegate.load.outstanding import (
     DEFAULT_MISSES,
+    LANE_HEADER,
+    SEQ_HEADER,
     Outstanding,
     OutstandingUnit,
     find_orphans,
 )
+from tidegate.load.sweep_index import SweepIndex
 from tidegate.logging import get_logger, key_hash
 
 __all__ = [
@@ -61,75 +63,9 @@ DEFAULT_BEAT_S = 2.0
 #: Messages or records read per Redis command: bounds each command's time and the
 #: sweeping worker's memory, whatever the backlog.
 SWEEP_PAGE = 500
-
-_TRACKERS: dict[tuple[int, str], Any] = {}
-_TRACKERS_LOCK = threading.Lock()
-
-
-def track_publishes(
-    tasks: Iterable[str] | None,
-    outstanding: Outstanding,
-    *,
-    app: Celery | None = None,
-) -> Callable[[], None]:
-    """Record every publish of ``tasks`` (names) in ``outstanding``; returns the
-    function that stops it.
-
-    With ``tasks=None`` and an ``app``, the app's :class:`GatedTask` tasks are
-    tracked (looked up at the first publish, once the app is finalized). Calling it
-    twice for the same registry is harmless. A record that cannot be written (Redis
-    down) is logged; the publish goes on — the sweep only protects what it knows.
-    """
-    if tasks is None and app is None:
-        raise ConfigurationError("track_publishes needs task names or an app")
-    names: set[str] | None = None if tasks is None else set(tasks)
-
-    def tracked() -> set[str]:
-        nonlocal names
-        if names is None:
-            from tidegate.integrations.celery.gated import GatedTask
-
-            assert app is not None
-            names = {n for n, t in app.tasks.items() if isinstance(t, GatedTask)}
-        return names
-
-    def on_publish(
-        sender: str | None = None,
-        body: Any = None,
-        headers: Mapping[str, Any] | None = None,
-        routing_key: str | None = None,
-        **_: Any,
-    ) -> None:
-        if sender is None or headers is None or sender not in tracked():
-            return
-        if not isinstance(body, (list, tuple)) or len(body) < 2:
-            return  # not protocol 2: nothing tidegate publishes
-        args, kwargs = body[0], body[1]
-        key = unit_key(args, kwargs)  # None: not a unit, not tracked
-        if key is None or not routing_key:
-            return
-        unit = OutstandingUnit(key, sender, str(headers["id"]), routing_key, list(args), kwargs)
-        try:
-            outstanding.record(unit)
-        except BackendError as exc:
-            log.warning(
-                "outstanding_record_failed", key_hash=key_hash(key), error=type(exc).__name__
-            )
-
-    ident = (id(app) if app is not None else 0, outstanding.units_key)
-
-    def untrack() -> None:
-        with _TRACKERS_LOCK:
-            handler = _TRACKERS.pop(ident, None)
-        if handler is not None:
-            signals.before_task_publish.disconnect(handler)
-
-    with _TRACKERS_LOCK:
-        if ident in _TRACKERS:
-            return untrack
-        _TRACKERS[ident] = on_publish
-    signals.before_task_publish.connect(on_publish, weak=False)
-    return untrack
+#: Messages looked at per call at a list's oldest end (decoded in Lua, so a call stays
+#: well under a millisecond); only a run of restored messages needs more than one.
+HEAD_WALK = 50
 
 
 def _loads(raw: bytes) -> Any:
@@ -193,6 +129,7 @@ class OrphanSweep:
         self.misses = misses
         self.beat_s = beat_s
         self.page = page
+        self.index = SweepIndex(outstanding)
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._token = uuid.uuid4().hex
         self._next = 0.0
@@ -217,11 +154,11 @@ class OrphanSweep:
     def beat(self) -> int:
         """Say this worker is alive; arm the sweep if another one died. Returns how
         many dead workers this beat found."""
-        dead = self.outstanding.beat(
-            self.worker, dead_after_s=self.dead_after_s, arm_sweeps=self.misses + 1
-        )
+        # ``misses`` sweeps to count a loss, one more to confirm a push nobody confirmed.
+        sweeps = self.misses + 2
+        dead = self.outstanding.beat(self.worker, dead_after_s=self.dead_after_s, arm_sweeps=sweeps)
         if dead:
-            log.warning("orphan_sweep_armed", dead_workers=dead, sweeps=self.misses + 1)
+            log.warning("orphan_sweep_armed", dead_workers=dead, sweeps=sweeps)
         return dead
 
     def retire(self) -> None:
@@ -250,100 +187,84 @@ class OrphanSweep:
             return 0
         return self.sweep_once()
 
-    def _collect_present(self) -> None:
-        """Fill the scratch set: ``t:<task id>`` of every message in the broker's lists
-        and ``unacked``, ``k:<key>`` of every parked unit.
-
-        Lists first, ``unacked`` second: a message moving from one to the other while
-        the pages are read is seen in at least one of them.
-        """
-        scratch, client = self.outstanding.present_key, self.outstanding.client
-        with map_redis_errors("sweep scratch"):
-            client.delete(scratch)
+    def sweep_once(self) -> int:
+        """One look at the units that can have been lost; returns how many were
+        republished. Reads, in this order: the sequence, each list's oldest end,
+        ``unacked``, the candidates (see :mod:`tidegate.load.sweep_index`)."""
+        if self.index.needs_indexing():
+            self._index_older_records()
+        seq = self.index.sequence()
+        present: set[str] = set()
+        bounds: dict[str, int] = {}
         for queue in self.outstanding.queues():
-            for name in self.broker.list_keys(queue):
-                start = 0
-                while True:
-                    with map_redis_errors("sweep read queue"):
-                        items = cast(
-                            "list[bytes]",
-                            self.broker.client.lrange(name, start, start + self.page - 1),
-                        )
-                    self._add_present("t:", (i for raw in items if (i := _message_id(_loads(raw)))))
-                    if len(items) < self.page:
-                        break
-                    start += self.page
+            for step in self.broker.priority_steps:
+                lane = queue if step == 0 else f"{queue}{self.broker.sep}{step}"
+                for rows in self.index.unconfirmed(lane, self.page):
+                    self.index.stamp_unconfirmed(lane, rows, seq)
+                reading = self.index.read_head(
+                    self.broker.list_key(queue, step), self.broker.client, seq=seq, walk=HEAD_WALK
+                )
+                present.update(reading.restored)
+                if reading.bound is None:
+                    log.warning("orphan_sweep_queue_skipped", queue=queue, reason=reading.reason)
+                else:
+                    bounds[lane] = reading.bound
+        present.update(self._unacked_task_ids())
+        republished = 0
+        for lane, bound in bounds.items():
+            for page in self.index.candidates(lane, bound, self.page):
+                republished += self._judge(page, present)
+        return republished
+
+    def _unacked_task_ids(self) -> set[str]:
+        """The task ids in kombu's ``unacked`` hash: the fleet's in-flight messages."""
+        ids: set[str] = set()
         unacked = self.broker.unacked_hash
         for entries in hash_pages(self.broker.client, unacked, self.page, "sweep read unacked"):
-            ids = []
             for raw in entries.values():  # kombu's entry: [message, exchange, routing_key]
                 entry = _loads(raw)
                 if isinstance(entry, list) and entry and (i := _message_id(entry[0])):
-                    ids.append(i)
-            self._add_present("t:", ids)
-        for keys in self.parking.iter_keys(self.page):
-            self._add_present("k:", keys)
+                    ids.add(i)
+        return ids
 
-    def _add_present(self, kind: str, values: Iterable[str]) -> None:
-        members = [kind + value for value in values]
-        if members:
-            with map_redis_errors("sweep scratch"):
-                pipe = self.outstanding.client.pipeline(transaction=False)
-                pipe.sadd(self.outstanding.present_key, *members)
-                # A sweeper that dies mid-way must not leave the scratch set behind.
-                pipe.pexpire(self.outstanding.present_key, max(1, int(self.interval_s * 2000)))
-                pipe.execute()
+    def _judge(self, page: list[OutstandingUnit], present: set[str]) -> int:
+        """Count one page of candidates missing or present; republish the orphans."""
+        misses = self.outstanding.misses_of([u.key for u in page])
+        verdict = find_orphans(
+            page, present_task_ids=present, parked_keys=set(), misses=misses, threshold=self.misses
+        )
+        back = [u.key for u in page if u.task_id in present and u.key in misses]
+        if back or verdict.misses:
+            self.outstanding.store_misses(verdict, present=back)
+        return sum(self._republish(unit) for unit in verdict.orphans)
 
-    def _split_present(
-        self, units: list[OutstandingUnit]
-    ) -> tuple[set[str], set[str], list[OutstandingUnit]]:
-        """Which of ``units`` have their message in the broker, which are parked, and
-        which of the missing were not yet counted in this sweep (a scan may repeat)."""
-        scratch = self.outstanding.present_key
-        with map_redis_errors("sweep check"):
-            pipe = self.outstanding.client.pipeline(transaction=False)
-            pipe.smismember(scratch, [f"t:{u.task_id}" for u in units])
-            pipe.smismember(scratch, [f"k:{u.key}" for u in units])
-            queued, parked = pipe.execute()
-        present = {u.task_id for u, hit in zip(units, queued, strict=True) if hit}
-        parked_keys = {u.key for u, hit in zip(units, parked, strict=True) if hit}
-        missing = [u for u in units if u.task_id not in present and u.key not in parked_keys]
-        if missing:
-            # HSCAN may return a record twice while the hash is resized: count it once.
-            with map_redis_errors("sweep check"):
-                pipe = self.outstanding.client.pipeline(transaction=False)
-                for unit in missing:
-                    pipe.sadd(scratch, f"s:{unit.key}")
-                fresh = pipe.execute()
-            missing = [u for u, new in zip(missing, fresh, strict=True) if new]
-        return present, parked_keys, missing
-
-    def sweep_once(self) -> int:
-        """One look at every outstanding unit, page by page; returns how many were
-        republished."""
-        self._collect_present()
-        republished = 0
+    def _index_older_records(self) -> None:
+        """Once after an upgrade: records written without an index entry join it as
+        unconfirmed (parked units excepted). Reads the registry in pages, so it costs
+        one pass over the backlog, once; a new deployment never runs it."""
+        scratch, client = self.outstanding.present_key, self.outstanding.client
+        with map_redis_errors("sweep scratch"):
+            client.delete(scratch)
         try:
-            for page in self.outstanding.iter_pages(self.page):
-                present, parked, missing = self._split_present(page)
-                here = [u for u in page if u.task_id in present or u.key in parked]
-                misses = self.outstanding.misses_of([u.key for u in [*missing, *here]])
-                verdict = find_orphans(
-                    [*missing, *(u for u in here if u.key in misses)],
-                    present_task_ids=present,
-                    parked_keys=parked,
-                    misses=misses,
-                    threshold=self.misses,
-                )
-                back = [u.key for u in here if u.key in misses]
-                if back or verdict.misses:
-                    self.outstanding.store_misses(verdict, present=back)
-                for unit in verdict.orphans:
-                    republished += self._republish(unit)
+            for keys in self.parking.iter_keys(self.page):
+                with map_redis_errors("sweep scratch"):
+                    pipe = client.pipeline(transaction=False)
+                    pipe.sadd(scratch, *keys)
+                    pipe.pexpire(scratch, max(1, int(self.interval_s * 2000)))
+                    pipe.execute()
+            indexed = 0
+            units_key = self.outstanding.units_key
+            for raw in hash_pages(client, units_key, self.page, "outstanding scan"):
+                keys = [k.decode() for k in raw]
+                with map_redis_errors("sweep scratch"):
+                    hits = cast("list[int]", client.smismember(scratch, keys))
+                parked = {k for k, hit in zip(keys, hits, strict=True) if hit}
+                indexed += self.index.index_page(raw, parked)
+            self.index.mark_indexed()
+            log.info("outstanding_indexed", records=indexed)
         finally:
             with map_redis_errors("sweep scratch"):
-                self.outstanding.client.unlink(self.outstanding.present_key)
-        return republished
+                client.unlink(scratch)
 
     def _republish(self, unit: OutstandingUnit) -> int:
         if self.ledger.state(self._downstream(unit), unit.key) is DeliveryState.DELIVERED:
@@ -351,19 +272,28 @@ class OrphanSweep:
             return 0
         # tidegate never reads a republished unit's result: without ignore_result a
         # Redis result backend subscribes to every one of them, for good.
-        result = self.app.send_task(
-            unit.task, args=unit.args, kwargs=unit.kwargs, queue=unit.queue, ignore_result=True
+        # Recorded here too, for a process that does not track its publishes; where it
+        # does, the tracker's own record replaces this one and this confirm is a no-op.
+        task_id = str(uuid.uuid4())
+        fresh = OutstandingUnit(unit.key, unit.task, task_id, unit.queue, unit.args, unit.kwargs)
+        s0 = self.outstanding.record(fresh)  # priority 0: its lane is the queue
+        self.app.send_task(
+            unit.task,
+            args=unit.args,
+            kwargs=unit.kwargs,
+            queue=unit.queue,
+            task_id=task_id,
+            headers={SEQ_HEADER: s0, LANE_HEADER: unit.queue},
+            ignore_result=True,
         )
-        self.outstanding.record(
-            OutstandingUnit(unit.key, unit.task, str(result.id), unit.queue, unit.args, unit.kwargs)
-        )
+        self.outstanding.pushed(unit.key, unit.queue, s0)
         log.warning(
             "orphan_republished",
             key_hash=key_hash(unit.key),
             task=unit.task,
             queue=unit.queue,
             lost_task_id=unit.task_id,
-            task_id=str(result.id),
+            task_id=task_id,
         )
         return 1
 

@@ -1,0 +1,167 @@
+"""Publish tracking: every publish of a unit is recorded for the orphan sweep.
+
+:func:`track_publishes` hooks three moments of a tracked task's message, in whatever
+process publishes (the intake, a worker's aggregate, the parking mover):
+
+- ``before_task_publish``: the unit is recorded (:meth:`Outstanding.record`) and its
+  sequence ``s0`` and list (*lane*) are put in the message's headers;
+- ``after_task_publish``: kombu's LPUSH has returned, the push is confirmed
+  (:meth:`Outstanding.pushed`, a new sequence ``s1``);
+- a reject with requeue in tidegate's broker channel (:func:`broker.on_requeue`): the
+  message was pushed again at the newest end, a new ``s1`` (:meth:`Outstanding.requeued`).
+
+Why two sequences let the sweep work without reading the queues:
+:mod:`tidegate.load.sweep_index`. A record that cannot be written (Redis down) is
+logged and the publish goes on: the sweep only protects what it knows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from celery import Celery, signals
+
+from tidegate.delivery import unit_key
+from tidegate.errors import BackendError, ConfigurationError
+from tidegate.integrations.celery.broker import on_requeue
+from tidegate.load.depth import KOMBU_PRIORITY_STEPS, KOMBU_SEP
+from tidegate.load.outstanding import (
+    LANE_HEADER,
+    SEQ_HEADER,
+    Outstanding,
+    OutstandingUnit,
+    lane_of,
+)
+from tidegate.logging import get_logger, key_hash
+
+__all__ = ["track_publishes"]
+
+log = get_logger("tidegate.celery")
+
+_TRACKERS: dict[tuple[int, str], Callable[[], None]] = {}
+_TRACKERS_LOCK = threading.Lock()
+
+
+class _Tracker:
+    """The three hooks of one registry (see the module docstring)."""
+
+    def __init__(self, names: set[str] | None, outstanding: Outstanding, app: Celery | None):
+        self._names = names
+        self.outstanding = outstanding
+        self.app = app
+
+    def tracked(self) -> set[str]:
+        if self._names is None:
+            from tidegate.integrations.celery.gated import GatedTask
+
+            assert self.app is not None
+            self._names = {n for n, t in self.app.tasks.items() if isinstance(t, GatedTask)}
+        return self._names
+
+    def unit_of(self, sender: str | None, body: Any) -> str | None:
+        if sender is None or sender not in self.tracked():
+            return None
+        if not isinstance(body, (list, tuple)) or len(body) < 2:
+            return None  # not protocol 2: nothing tidegate publishes
+        return unit_key(body[0], body[1])  # None: not a unit, not tracked
+
+    def layout(self) -> tuple[Sequence[int], str]:
+        """kombu's priority steps and separator, as the app's transport options set them."""
+        conf = self.app.conf.broker_transport_options if self.app is not None else None
+        options = conf or {}
+        steps = sorted({int(s) for s in options.get("priority_steps", KOMBU_PRIORITY_STEPS)})
+        return steps, str(options.get("sep", KOMBU_SEP))
+
+    def on_publish(
+        self,
+        sender: str | None = None,
+        body: Any = None,
+        headers: dict[str, Any] | None = None,
+        routing_key: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        key = self.unit_of(sender, body)
+        if key is None or sender is None or headers is None or not routing_key:
+            return
+        steps, sep = self.layout()
+        lane = lane_of(routing_key, (properties or {}).get("priority"), steps, sep)
+        unit = OutstandingUnit(
+            key, sender, str(headers["id"]), routing_key, list(body[0]), body[1], lane
+        )
+        headers.pop(SEQ_HEADER, None)  # a message without a sequence rather than a stale one
+        try:
+            headers[SEQ_HEADER] = self.outstanding.record(unit)
+            headers[LANE_HEADER] = lane
+        except BackendError as exc:
+            log.warning(
+                "outstanding_record_failed", key_hash=key_hash(key), error=type(exc).__name__
+            )
+
+    def on_published(
+        self,
+        sender: str | None = None,
+        body: Any = None,
+        headers: Mapping[str, Any] | None = None,
+        routing_key: str | None = None,
+        **_: Any,
+    ) -> None:
+        key = self.unit_of(sender, body)
+        if key is None or headers is None or SEQ_HEADER not in headers:
+            return
+        lane = str(headers.get(LANE_HEADER) or routing_key)
+        try:
+            self.outstanding.pushed(key, lane, int(headers[SEQ_HEADER]))
+        except BackendError as exc:
+            # Left unconfirmed: a later sweep confirms it, an interval late.
+            log.warning(
+                "outstanding_push_unconfirmed", key_hash=key_hash(key), error=type(exc).__name__
+            )
+
+    def on_requeued(self, message: Any) -> None:
+        headers = message.headers or {}
+        key = self.unit_of(headers.get("task"), message.payload)
+        if key is not None:
+            self.outstanding.requeued(key, str(headers.get("id")))
+
+
+def track_publishes(
+    tasks: Iterable[str] | None,
+    outstanding: Outstanding,
+    *,
+    app: Celery | None = None,
+) -> Callable[[], None]:
+    """Record every publish of ``tasks`` (names) in ``outstanding``; returns the
+    function that stops it.
+
+    With ``tasks=None`` and an ``app``, the app's :class:`GatedTask` tasks are
+    tracked (looked up at the first publish, once the app is finalized). Calling it
+    twice for the same registry is harmless.
+    """
+    if tasks is None and app is None:
+        raise ConfigurationError("track_publishes needs task names or an app")
+    tracker = _Tracker(None if tasks is None else set(tasks), outstanding, app)
+    ident = (id(app) if app is not None else 0, outstanding.units_key)
+
+    def untrack() -> None:
+        with _TRACKERS_LOCK:
+            stop = _TRACKERS.pop(ident, None)
+        if stop is not None:
+            stop()
+
+    with _TRACKERS_LOCK:
+        if ident in _TRACKERS:
+            return untrack
+        unhook = on_requeue(tracker.on_requeued)
+
+        def stop() -> None:
+            signals.before_task_publish.disconnect(tracker.on_publish)
+            signals.after_task_publish.disconnect(tracker.on_published)
+            unhook()
+
+        _TRACKERS[ident] = stop
+    signals.before_task_publish.connect(tracker.on_publish, weak=False)
+    signals.after_task_publish.connect(tracker.on_published, weak=False)
+    return untrack
