@@ -14,7 +14,8 @@ from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from tidegate.errors import ConfigurationError
-from tidegate.load.admission import Admission, Inbound
+from tidegate.intake.batching import DEFAULT_MAX_BATCH_UNITS, BatchingCelerySender, PublishThread
+from tidegate.load.admission import Admission, CelerySender, Inbound
 from tidegate.load.payload import check_payload_size
 from tidegate.load.watermarks import Level
 
@@ -51,12 +52,35 @@ class AdmissionPublisher:
     safe an acceptance as the broker. Units are submitted without blocking: the
     sender waits, not a request thread.
 
+    With ``batching`` (the default) :meth:`publish` hands the units to a
+    :class:`~tidegate.intake.batching.PublishThread`; an admission sending with a plain
+    :class:`~tidegate.load.CelerySender` is given a
+    :class:`~tidegate.intake.batching.BatchingCelerySender` on the same app (it sends
+    the same messages; inside a batch they share one pipeline). ``batching=False``
+    publishes on the caller's thread, as before.
+
     Raises:
         ConfigurationError: (from :meth:`saturated`) a unit's queue has no task.
     """
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(
+        self,
+        admission: Admission,
+        *,
+        batching: bool = True,
+        max_batch_units: int = DEFAULT_MAX_BATCH_UNITS,
+    ) -> None:
         self.admission = admission
+        self.thread: PublishThread | None = None
+        if batching:
+            if type(admission.sender) is CelerySender:
+                admission.sender = BatchingCelerySender(admission.sender.app)
+            batch = getattr(admission.sender, "batch", None)
+            self.thread = PublishThread(
+                self._publish_here,
+                batch=batch if batch is not None else PublishThread.no_batch,
+                max_units=max_batch_units,
+            )
 
     def saturated(self, units: Sequence[Inbound]) -> frozenset[str]:
         admission = self.admission
@@ -82,6 +106,17 @@ class AdmissionPublisher:
         return frozenset(q for q in queues if self.admission.load(q).level is Level.LOW)
 
     def publish(self, units: Sequence[Inbound]) -> None:
+        if self.thread is not None:
+            self.thread.publish(units)
+        else:
+            self._publish_here(units)
+
+    def close(self) -> None:
+        """Stop the publishing thread (after what it was handed is published)."""
+        if self.thread is not None:
+            self.thread.close()
+
+    def _publish_here(self, units: Sequence[Inbound]) -> None:
         # Every size first: a unit refused after others were sent would leave the
         # interchange half-published.
         for unit in units:
