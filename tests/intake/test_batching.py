@@ -206,3 +206,18 @@ def test_the_admission_publisher_batches_through_one_thread_on_a_real_broker(
     assert len(raws) == len(keys) == 24
     assert publisher.thread is not None
     assert 1 <= publisher.thread.batches <= 8
+
+
+def test_only_a_broker_kombu_can_batch_gets_the_publishing_thread(redis_url: str) -> None:
+    """Redis: batched. RabbitMQ: each publish waits for its own confirm, so the requests
+    keep publishing on their own threads (one thread would add the waits up)."""
+    from tidegate.intake.batching import can_batch
+
+    redis_app = Celery("tidegate-batch-redis", broker=redis_url)
+    amqp_app = Celery("tidegate-batch-amqp", broker="amqp://guest:guest@127.0.0.1:5672//")
+    try:
+        assert can_batch(redis_app)
+        assert not can_batch(amqp_app)
+    finally:
+        redis_app.close()
+        amqp_app.close()

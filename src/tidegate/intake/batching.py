@@ -22,8 +22,10 @@ that carried its units, and every request of a failed flush is told it failed
 already on the broker are harmless because their idempotency keys make the resend a
 no-op downstream).
 
-Without a batching transport (RQ, or a broker kombu cannot batch) the thread publishes
-one unit after another: still one owner, one connection, no pool contention.
+Only where kombu can batch (its Redis transport, :func:`can_batch`) is this used by
+default: on RabbitMQ each publish waits for its own confirm, and one thread would add
+those waits up instead of overlapping them; RQ has no kombu producer. There the
+requests publish on their own threads, as before.
 """
 
 from __future__ import annotations
@@ -40,13 +42,25 @@ from tidegate.errors import BackendUnavailable
 from tidegate.load.admission import CelerySender, Inbound
 from tidegate.logging import get_logger
 
-__all__ = ["DEFAULT_MAX_BATCH_UNITS", "BatchingCelerySender", "PublishThread"]
+__all__ = ["DEFAULT_MAX_BATCH_UNITS", "BatchingCelerySender", "PublishThread", "can_batch"]
 
 log = get_logger("tidegate.intake")
 
 #: Most units flushed in one batch: bounds the pipeline's memory and the time the
 #: first request of a batch waits for the last.
 DEFAULT_MAX_BATCH_UNITS = 500
+
+
+def can_batch(app: Any) -> bool:
+    """Whether the Celery ``app``'s broker transport takes kombu publish batches.
+
+    Reads the transport's declared support and its own safety check (kombu's Redis
+    transport refuses when a timeout could make it replay a write); no I/O.
+    """
+    with app.connection_for_write() as connection:
+        transport = connection.transport
+        implements = getattr(getattr(transport, "implements", None), "batch_publish", False)
+        return bool(implements) and bool(getattr(transport, "supports_batch_publish", True))
 
 
 class BatchingCelerySender(CelerySender):

@@ -14,7 +14,12 @@ from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from tidegate.errors import ConfigurationError
-from tidegate.intake.batching import DEFAULT_MAX_BATCH_UNITS, BatchingCelerySender, PublishThread
+from tidegate.intake.batching import (
+    DEFAULT_MAX_BATCH_UNITS,
+    BatchingCelerySender,
+    PublishThread,
+    can_batch,
+)
 from tidegate.load.admission import Admission, CelerySender, Inbound
 from tidegate.load.payload import check_payload_size
 from tidegate.load.watermarks import Level
@@ -52,12 +57,12 @@ class AdmissionPublisher:
     safe an acceptance as the broker. Units are submitted without blocking: the
     sender waits, not a request thread.
 
-    With ``batching`` (the default) :meth:`publish` hands the units to a
-    :class:`~tidegate.intake.batching.PublishThread`; an admission sending with a plain
-    :class:`~tidegate.load.CelerySender` is given a
+    With ``batching`` (the default), an admission sending with a plain
+    :class:`~tidegate.load.CelerySender` to a broker kombu can batch is given a
     :class:`~tidegate.intake.batching.BatchingCelerySender` on the same app (it sends
-    the same messages; inside a batch they share one pipeline). ``batching=False``
-    publishes on the caller's thread, as before.
+    the same messages; inside a batch they share one pipeline) and :meth:`publish`
+    hands the units to a :class:`~tidegate.intake.batching.PublishThread`. Otherwise
+    (``batching=False``, RabbitMQ, RQ) units are published on the caller's thread.
 
     Raises:
         ConfigurationError: (from :meth:`saturated`) a unit's queue has no task.
@@ -72,14 +77,12 @@ class AdmissionPublisher:
     ) -> None:
         self.admission = admission
         self.thread: PublishThread | None = None
-        if batching:
-            if type(admission.sender) is CelerySender:
-                admission.sender = BatchingCelerySender(admission.sender.app)
-            batch = getattr(admission.sender, "batch", None)
+        sender = admission.sender
+        if batching and type(sender) is CelerySender and can_batch(sender.app):
+            batching_sender = BatchingCelerySender(sender.app)
+            admission.sender = batching_sender
             self.thread = PublishThread(
-                self._publish_here,
-                batch=batch if batch is not None else PublishThread.no_batch,
-                max_units=max_batch_units,
+                self._publish_here, batch=batching_sender.batch, max_units=max_batch_units
             )
 
     def saturated(self, units: Sequence[Inbound]) -> frozenset[str]:
