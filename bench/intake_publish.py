@@ -80,7 +80,7 @@ def _round(pipeline: Any, bodies: list[bytes], threads: int) -> dict[str, float]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="pairs of rounds")
-    parser.add_argument("--per-round", type=int, default=120, help="interchanges per round")
+    parser.add_argument("--per-round", type=int, default=300, help="interchanges per round")
     parser.add_argument("--threads", type=int, default=8, help="concurrent requests")
     parser.add_argument("--out", default="bench/results/intake_publish.json")
     args = parser.parse_args()
@@ -92,8 +92,11 @@ def main() -> None:
     from tidegate.intake import AdmissionPublisher, IntakePipeline, RedisDuplicates
     from tidegate.load.admission import Admission
     from tidegate.load.watermarks import Watermarks, WatermarkStore
+    from tidegate.logging import configure as configure_logging
     from tidegate.ops.burst import vessel_burst
     from tidegate.redis_server import EmbeddedRedis
+
+    configure_logging(level="WARNING")  # one event per request would swamp the figures
 
     need = args.per_round * (2 * args.rounds + 3)  # 2 warm-up, 1 sequential, the pairs
     bodies = [d.text.encode("latin-1") for d in vessel_burst(need, seed=17)]
