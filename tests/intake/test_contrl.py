@@ -102,7 +102,7 @@ def test_the_senders_una_is_honoured_and_values_are_escaped_with_its_release() -
     assert "+" not in text
 
 
-@pytest.mark.parametrize("version", ["3", "4"])
+@pytest.mark.parametrize("version", ["1", "2", "3", "4"])
 @pytest.mark.parametrize("delimiters", [Delimiters(), Delimiters("!", "*", ".", "#", " ", "~")])
 @pydifact_warnings
 def test_a_contrl_reads_back_through_tidegates_reader_and_pydifact(
@@ -135,9 +135,9 @@ def test_a_contrl_reads_back_through_tidegates_reader_and_pydifact(
 
 
 def test_an_unsupported_syntax_version_or_reference_is_refused() -> None:
-    """Versions 3 and 4 only; a control reference of 1 to 14 characters."""
-    with pytest.raises(ConfigurationError, match="syntax versions 3 and 4"):
-        write_contrl(_report(syntax_version="2"), reference="C1", now=NOW)
+    """Versions 1 to 4 only; a control reference of 1 to 14 characters."""
+    with pytest.raises(ConfigurationError, match="syntax versions 1 to 4"):
+        write_contrl(_report(syntax_version="5"), reference="C1", now=NOW)
     with pytest.raises(ConfigurationError, match="1 to 14"):
         write_contrl(_report(), reference="X" * 15, now=NOW)
 

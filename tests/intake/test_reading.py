@@ -44,12 +44,13 @@ def test_one_interchange_per_request(build) -> None:
         read_interchange(mixed)
 
 
-def test_only_syntax_versions_3_and_4_are_taken(build) -> None:
-    """A CONTRL can only be written for them."""
-    with pytest.raises(UnacceptableInterchange, match="syntax version '2'") as caught:
-        read_interchange(build.interchange(build.vermas(), syntax="UNOA:2"))
+def test_only_syntax_versions_1_to_4_are_taken(build) -> None:
+    """A CONTRL can only be written for them (versions 1 and 2: test_syntax_versions)."""
+    with pytest.raises(UnacceptableInterchange, match="syntax version '5'") as caught:
+        read_interchange(build.interchange(build.vermas(), syntax="UNOA:5"))
     assert caught.value.reason_code == "unsupported_syntax_version"
     assert read_interchange(build.interchange(build.vermas(), syntax="UNOC:4")).header
+    assert read_interchange(build.interchange(build.vermas(), syntax="UNOA:2")).header
 
 
 def test_an_empty_body_and_a_non_edifact_body_are_refused() -> None:

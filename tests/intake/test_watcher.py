@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,9 @@ def make_watcher(
     prefix: str,
     admission: Admission,
     routes: tuple[Route, ...],
-) -> Callable[..., FolderWatcher]:
+) -> Iterator[Callable[..., FolderWatcher]]:
+    pipelines: list[IntakePipeline] = []
+
     def make(fault: str | None = None) -> FolderWatcher:
         pipeline = IntakePipeline(
             duplicates=RedisDuplicates(redis_client, prefix=prefix),
@@ -49,9 +51,12 @@ def make_watcher(
             routes=routes,
             fault=FaultPoint(fault, action=_crash),
         )
+        pipelines.append(pipeline)
         return FolderWatcher(tmp_path, pipeline, poll_s=0.01)
 
-    return make
+    yield make
+    for pipeline in pipelines:
+        pipeline.close()
 
 
 def _drop(root: Path, sender: str, name: str, body: bytes) -> Path:

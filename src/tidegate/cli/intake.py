@@ -284,3 +284,4 @@ def serve(
             stop.set()
             if thread is not None:
                 thread.join(timeout=max(5.0, 2 * watch_poll))
+            pipeline.close()

@@ -1,4 +1,4 @@
-"""Write CONTRL syntax and service reports (ISO 9735 syntax versions 3 and 4).
+"""Write CONTRL syntax and service reports (ISO 9735 syntax versions 1 to 4).
 
 A CONTRL tells the sender of an interchange what became of it: the UCI answers for
 the interchange as a whole (action ``8`` received, ``7`` acknowledged with some
@@ -13,6 +13,24 @@ so the same report always gives the same text. The reply travels back under the
 sender's own service characters (its UNA is repeated when it is not the default),
 with sender and recipient swapped, so the sender's EDI software reads it with the
 settings it already has for that partner.
+
+Syntax versions 1 and 2 — what most interchanges in the wild still declare (``UNOA:2``,
+``UNOB:1``) — are answered in the sender's own version: our UNB repeats its syntax
+identifier and version, with the six-digit date of versions 1 to 3. The UCI/UCM/UCS/UCD
+structure is the same as for version 3. The message identifier is ``CONTRL:2:2:UN``, the
+one tidegate already writes for version 3. The choice, after the standard's notes:
+
+* the 1997 UN/EDIFACT CONTRL ``D:3`` says of itself that it "can be used for version 1,
+  2, or 3 of the EDIFACT syntax" — so ``D:3`` would have been admissible too;
+* the code list of 0052 says that for the earlier, stand-alone UN CONTRL messages the
+  version to use is the one in that message's documentation: ``2:2`` is that earlier
+  CONTRL (EANCOM 1997 writes ``CONTRL:2:2:UN:EAN002``);
+* a sender still on syntax version 1 or 2 runs software that predates ``D:3`` more
+  often than not, and an older reader that knows ``2:2`` fails on an unknown release,
+  while a newer one reads the (identical) segments of ``2:2``.
+
+So versions 1, 2 and 3 all get ``2:2``, version 4 gets ``4:1`` (ISO 9735-4). A partner
+that wants ``D:3`` is a per-partner setting this module does not have yet.
 
 Never answer a CONTRL with a CONTRL: a sender acknowledging our acknowledgement would
 otherwise start an endless exchange. :func:`is_contrl` is the test the caller applies.
@@ -53,11 +71,12 @@ __all__ = [
 #: The message type of a syntax and service report.
 CONTRL = "CONTRL"
 #: Syntax versions a CONTRL can be written for.
-SUPPORTED_SYNTAX_VERSIONS = frozenset({"3", "4"})
+SUPPORTED_SYNTAX_VERSIONS = frozenset({"1", "2", "3", "4"})
 
-#: S009 of the CONTRL message itself, per syntax version: CONTRL 2.2 belongs to
-#: syntax version 3, CONTRL 4.1 to version 4 (ISO 9735-1:2002 annex).
-_IDENTIFIER = {"3": ("2", "2"), "4": ("4", "1")}
+#: S009 of the CONTRL message itself, per syntax version: the UN CONTRL 2.2 for
+#: versions 1 to 3 (see the module docstring for why not D.3), CONTRL 4.1 for
+#: version 4 (ISO 9735-4).
+_IDENTIFIER = {"1": ("2", "2"), "2": ("2", "2"), "3": ("2", "2"), "4": ("4", "1")}
 
 
 class ContrlAction(IntEnum):
@@ -134,7 +153,7 @@ class InterchangeReport:
         sender / sender_qualifier: its UNB sender (S002), the CONTRL's recipient.
         recipient / recipient_qualifier: its UNB recipient (S003), the CONTRL's sender.
         syntax_identifier: its syntax identifier (``"UNOC"``), repeated in our UNB.
-        syntax_version: ``"3"`` or ``"4"``.
+        syntax_version: ``"1"`` to ``"4"``.
         delimiters: its service characters; the CONTRL is written with them.
         action: the UCI action.
         error: an interchange-level error (duplicate, UNZ mismatch), on the UCI.
@@ -230,7 +249,7 @@ def write_contrl(report: InterchangeReport, *, reference: str, now: datetime) ->
     version = report.syntax_version
     if version not in SUPPORTED_SYNTAX_VERSIONS:
         raise ConfigurationError(
-            f"CONTRL is written for syntax versions 3 and 4, not {version[:8]!r}"
+            f"CONTRL is written for syntax versions 1 to 4, not {version[:8]!r}"
         )
     if not 1 <= len(reference) <= 14:
         raise ConfigurationError("a CONTRL control reference has 1 to 14 characters")

@@ -15,7 +15,9 @@ server does not go on receiving the rest of it.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,9 +169,18 @@ def create_app(
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            # The publishing thread finishes what it was handed, then stops.
+            await run_in_threadpool(pipeline.close)
+
     return Starlette(
         routes=[
             Route("/interchanges", post_interchange, methods=["POST"]),
             Route("/healthz", health, methods=["GET"]),
-        ]
+        ],
+        lifespan=lifespan,
     )

@@ -122,6 +122,12 @@ class IntakePipeline:
         self._log(decision, reading, client)
         return decision
 
+    def close(self) -> None:
+        """Stop what the publisher runs in the background (its publishing thread)."""
+        close = getattr(self.publisher, "close", None)
+        if close is not None:
+            close()
+
     def _settle(
         self, decision: Decision, reading: Reading, header: InterchangeHeader, token: str
     ) -> Decision:

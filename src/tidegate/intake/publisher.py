@@ -14,7 +14,13 @@ from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from tidegate.errors import ConfigurationError
-from tidegate.load.admission import Admission, Inbound
+from tidegate.intake.batching import (
+    DEFAULT_MAX_BATCH_UNITS,
+    BatchingCelerySender,
+    PublishThread,
+    can_batch,
+)
+from tidegate.load.admission import Admission, CelerySender, Inbound
 from tidegate.load.payload import check_payload_size
 from tidegate.load.watermarks import Level
 
@@ -51,12 +57,33 @@ class AdmissionPublisher:
     safe an acceptance as the broker. Units are submitted without blocking: the
     sender waits, not a request thread.
 
+    With ``batching`` (the default), an admission sending with a plain
+    :class:`~tidegate.load.CelerySender` to a broker kombu can batch is given a
+    :class:`~tidegate.intake.batching.BatchingCelerySender` on the same app (it sends
+    the same messages; inside a batch they share one pipeline) and :meth:`publish`
+    hands the units to a :class:`~tidegate.intake.batching.PublishThread`. Otherwise
+    (``batching=False``, RabbitMQ, RQ) units are published on the caller's thread.
+
     Raises:
         ConfigurationError: (from :meth:`saturated`) a unit's queue has no task.
     """
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(
+        self,
+        admission: Admission,
+        *,
+        batching: bool = True,
+        max_batch_units: int = DEFAULT_MAX_BATCH_UNITS,
+    ) -> None:
         self.admission = admission
+        self.thread: PublishThread | None = None
+        sender = admission.sender
+        if batching and type(sender) is CelerySender and can_batch(sender.app):
+            batching_sender = BatchingCelerySender(sender.app)
+            admission.sender = batching_sender
+            self.thread = PublishThread(
+                self._publish_here, batch=batching_sender.batch, max_units=max_batch_units
+            )
 
     def saturated(self, units: Sequence[Inbound]) -> frozenset[str]:
         admission = self.admission
@@ -82,6 +109,17 @@ class AdmissionPublisher:
         return frozenset(q for q in queues if self.admission.load(q).level is Level.LOW)
 
     def publish(self, units: Sequence[Inbound]) -> None:
+        if self.thread is not None:
+            self.thread.publish(units)
+        else:
+            self._publish_here(units)
+
+    def close(self) -> None:
+        """Stop the publishing thread (after what it was handed is published)."""
+        if self.thread is not None:
+            self.thread.close()
+
+    def _publish_here(self, units: Sequence[Inbound]) -> None:
         # Every size first: a unit refused after others were sent would leave the
         # interchange half-published.
         for unit in units:

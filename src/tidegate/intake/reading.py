@@ -310,7 +310,7 @@ def read_interchange(
         NewlineTerminatedSegments: segments separated by line breaks only.
         UnacceptableInterchange: an empty body, more than one interchange (or an
             interchange with bare messages beside it), or a syntax version other than
-            3 or 4.
+            1 to 4.
         EdifactError: the input cannot be read as EDIFACT at all.
     """
     if not body.strip():
@@ -335,7 +335,7 @@ def read_interchange(
             raise UnacceptableInterchange(
                 "unsupported_syntax_version",
                 f"syntax version {interchange.syntax_version[:8]!r} is not supported "
-                "(versions 3 and 4 are)",
+                "(versions 1 to 4 are)",
             )
         header = _header(interchange, _unb_qualifier(body, max_segment_bytes))
         delimiters = interchange.delimiters

@@ -134,6 +134,7 @@ def serve_in_thread(pipeline: IntakePipeline, *, ready_timeout_s: float = 15.0) 
         server.should_exit = True
         thread.join(timeout=10.0)
         sock.close()
+        pipeline.close()  # its publishing thread (the server runs without lifespan)
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
