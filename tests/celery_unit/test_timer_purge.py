@@ -54,8 +54,8 @@ def test_install_schedules_the_purge_on_the_consumers_loop() -> None:
 def test_the_default_purge_keeps_at_most_a_second_of_finished_tasks() -> None:
     """At 200 tasks a second, each task's time-limit timer cancelled when it ends: with
     the default installation the heap never holds more than about one second of them
-    (the 30-s period before issue #18's second pass let 6,000 pile up, 3–4 MiB of the
-    main process at a benchmark's rate, inherited by every child forked then)."""
+    (the 30-s period before issue #18's second pass let 6,000 pile up: megabytes of
+    the main process at a benchmark's rate, inherited by every child forked then)."""
     scheduled: list[tuple[float, Any]] = []
     timer = Timer()
     hub = types.SimpleNamespace(
