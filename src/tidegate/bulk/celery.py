@@ -21,6 +21,12 @@ in Redis instead (:class:`~tidegate.bulk.store.BatchStore`), and no process hold
 than a page of a batch. Transient failures inside ``parse_bl`` use Celery's own
 ``retry`` (same task id); the parse step calls no gated downstream, so its waits are
 short. No task result is stored.
+
+The tasks that publish per B/L (dispatch, aggregate) run with ``trail=False``: with
+Celery's default every task sent from inside a task is kept as an ``AsyncResult`` on
+the sender's request until it returns (and written into its stored result), about
+0.5 KiB per publish — one bulk child reached 173 MiB at 100,000 B/Ls (issue #18). They
+publish each page of 500 through one producer instead of one from the pool per call.
 """
 
 from __future__ import annotations
@@ -236,7 +242,14 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
         """Send one B/L downstream (gated, keyed on the B/L number)."""
         return forward(envelope)
 
-    @app.task(shared=False, bind=True, name="bulk.parse_bl", ignore_result=True, max_retries=None)
+    @app.task(
+        shared=False,
+        bind=True,
+        name="bulk.parse_bl",
+        ignore_result=True,
+        max_retries=None,
+        trail=False,
+    )
     def parse_bl(self: Task[Any, Any], batch_id: str, key: str) -> dict[str, Any]:
         """Check one unit and record its outcome; never raises, so the batch completes."""
         outcome = _parse(self, batch_id, key)
@@ -280,7 +293,7 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             )
             raise self.retry(countdown=delay, exc=exc) from exc
 
-    @app.task(shared=False, name="bulk.aggregate", ignore_result=False)
+    @app.task(shared=False, name="bulk.aggregate", ignore_result=False, trail=False)
     def aggregate(batch_id: str) -> dict[str, Any]:
         """Read the batch's outcomes page by page and forward the B/Ls — once per batch."""
         store = _store()
@@ -296,18 +309,21 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             ok = [o for o in outcomes if o["status"] == "ok"]
             # The same B/L twice in one manifest: the TOS gets it once.
             first = store.first_forward(batch_id, [str(o["bl_number"]) for o in ok])
-            for outcome, new in zip(ok, first, strict=True):
-                if new:
-                    forward_bl.apply_async(
-                        args=(_forward_envelope(outcome, batch_id),), queue=forward_queue
-                    )
-                    forwarded += 1
+            with app.producer_or_acquire() as producer:
+                for outcome, new in zip(ok, first, strict=True):
+                    if new:
+                        forward_bl.apply_async(
+                            args=(_forward_envelope(outcome, batch_id),),
+                            queue=forward_queue,
+                            producer=producer,
+                        )
+                        forwarded += 1
         summary = _summary(batch_id, counts, forwarded=forwarded)
         store.save_summary(batch_id, summary)
         log.info("batch_aggregated", **summary)
         return summary
 
-    @app.task(shared=False, bind=True, name="bulk.dispatch", ignore_result=True)
+    @app.task(shared=False, bind=True, name="bulk.dispatch", ignore_result=True, trail=False)
     def dispatch(self: Task[Any, Any], manifest: dict[str, Any]) -> dict[str, Any]:
         """Split a manifest and start its chord (at most once per batch id).
 
@@ -329,8 +345,10 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             return {"status": "dead_lettered", "batch_id": batch_id, "reason": reason}
         expected = 0
         for keys in store.unit_keys(batch_id):
-            for key in keys:
-                parse_bl.apply_async((batch_id, key), ignore_result=True)
+            # One producer per page, not one acquired from the pool per publish.
+            with app.producer_or_acquire() as producer:
+                for key in keys:
+                    parse_bl.apply_async((batch_id, key), ignore_result=True, producer=producer)
             expected += len(keys)
         if store.seal(batch_id, expected):
             aggregate.apply_async((batch_id,), ignore_result=True)
