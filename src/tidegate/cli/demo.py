@@ -70,6 +70,10 @@ ACCEPTS: Mapping[str, frozenset[str]] = {
         | {"json_path", "keep_logs"}
     ),
     "gate": frozenset({"json_path"}),
+    "adaptive": frozenset(
+        {"interchanges", "customs_rate", "customs_burst", "workers", "seed"}
+        | {"json_path", "plot_path", "keep_logs"}
+    ),
 }
 
 #: Parameters that choose the run rather than tune it.
@@ -185,13 +189,15 @@ def _finish(
 @click.command()
 @click.option(
     "--scenario",
-    type=click.Choice(["vessel", "bulk", "overload", "gate"]),
+    type=click.Choice(["vessel", "bulk", "overload", "gate", "adaptive"]),
     default="vessel",
     show_default=True,
     help="vessel: a berthing burst through Celery workers and the gates; "
     "bulk: an IFCSUM fanned out per B/L, 1 % poison, fix and replay; "
     "overload: sheddable bulk documents and VERMAS together, shed and replayed; "
-    "gate: 4 processes through one rate limit (takes only --json).",
+    "gate: 4 processes through one rate limit (takes only --json); "
+    "adaptive: a smaller vessel burst (default 1200) through an adaptive customs gate that "
+    "must find the gateway's hidden --customs-rate, with a maintenance dip.",
 )
 @click.option(
     "--bls",
@@ -332,6 +338,15 @@ def demo(
             _chaos_scenario(console, chaos_kind, tuning, json_path, plot_path, keep_logs, broker)
         elif run == "gate":
             _gate_scenario(console, json_path)
+        elif run == "adaptive":
+            from tidegate.cli.demo_adaptive import adaptive_scenario
+
+            tuning = {
+                name: ctx.params[name]
+                for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
+                if _given(ctx, name)
+            }
+            adaptive_scenario(console, tuning, json_path, plot_path, keep_logs)
         elif run == "bulk":
             _bulk_scenario(console, bls, workers, seed, json_path, keep_logs)
         elif run == "overload":

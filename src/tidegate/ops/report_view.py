@@ -53,6 +53,16 @@ SUMMARY_KEYS: dict[str, tuple[str, ...]] = {
         "elapsed_s",
         "ok",
     ),
+    "adaptive": (
+        "submitted",
+        "delivered",
+        "dead_lettered",
+        "pending",
+        "lost",
+        "accepted_twice",
+        "duplicates",
+        "elapsed_s",
+    ),
     "bulk": (
         "submitted",
         "delivered",

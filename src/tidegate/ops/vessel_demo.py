@@ -56,7 +56,7 @@ from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
 from tidegate.ops.reconcile import Reconciliation, keys_in_messages, reconcile
 from tidegate.ops.run_broker import RedisRunBroker, RunBroker
-from tidegate.sim import CustomsSim, TosSim
+from tidegate.sim import CustomsSim, QuotaHeaders, TosSim
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -113,6 +113,11 @@ class VesselConfig:
     #: Post the burst to a real intake service (:mod:`tidegate.ops.front_door`) rather
     #: than publish it from Python; a chaos run always publishes directly.
     front_door: bool = True
+    #: ``(at_s, rate)`` steps of the customs sim's enforced rate (see
+    #: :class:`~tidegate.sim.CustomsSim`); the adaptive scenario's maintenance dip.
+    customs_schedule: tuple[tuple[float, float], ...] = ()
+    #: Whether the customs sim advertises its quota (``"none"``: it must be learned).
+    customs_quota_headers: QuotaHeaders = "minute"
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +242,12 @@ def _downstream_report(stats: dict[str, Any], limit_per_s: float, limit: str) ->
 @contextlib.contextmanager
 def _sims(config: VesselConfig) -> Iterator[tuple[CustomsSim, TosSim]]:
     customs = CustomsSim(
-        rate=config.customs_rate, burst=config.customs_burst, suspend_after=5, suspend_s=30
+        rate=config.customs_rate,
+        burst=config.customs_burst,
+        suspend_after=5,
+        suspend_s=30,
+        schedule=config.customs_schedule,
+        quota_headers=config.customs_quota_headers,
     )
     tos = TosSim(max_connections=config.tos_connections, service_s=config.tos_service_s)
     with customs, tos:

@@ -1,0 +1,62 @@
+"""``tidegate demo --scenario adaptive``: the run and its end, on the demo's own pieces
+(:mod:`tidegate.cli.demo` dispatches here, so that module does not grow)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+
+from tidegate.cli.demo import _finish, _live_table, _log_dir
+from tidegate.logging import configure as configure_logging
+from tidegate.redis_server import redis_url
+
+__all__ = ["adaptive_scenario"]
+
+
+def adaptive_scenario(
+    console: Console,
+    tuning: Mapping[str, Any],
+    json_path: Path | None,
+    plot_path: Path | None,
+    keep_logs: bool,
+) -> None:
+    """Run the scenario with the flags given (``tuning``) over its defaults; the plot
+    is the adaptive one (admitted rate against the true capacity)."""
+    from tidegate.ops.adaptive_demo import AdaptiveDemoConfig, run_adaptive_demo
+
+    config = dataclasses.replace(AdaptiveDemoConfig(), **tuning)
+    low = config.customs_rate * config.dip_factor
+    limits = {"customs": "hidden", "tos": "4 connections"}
+    console.print(
+        f"[bold]Adaptive gate:[/] {config.interchanges} interchanges; the customs gateway "
+        f"really accepts {config.customs_rate:g}/s (burst {config.customs_burst}), "
+        f"{low:g}/s from t = {config.dip_at_s:g} s for {config.dip_s:g} s. The gate starts "
+        f"at {config.floor_rate:g}/s and is told none of it."
+    )
+    with contextlib.ExitStack() as stack:
+        log_dir = stack.enter_context(_log_dir(console, keep_logs, "adaptive"))
+        # The sims run in this process: their events (the capacity steps, suspensions)
+        # go to a file, not over the live view.
+        events = stack.enter_context((log_dir / "sims.log").open("a", encoding="utf-8"))
+        configure_logging(level="INFO", stream=events)
+        stack.callback(configure_logging, level="WARNING", stream=sys.stderr)
+        url = stack.enter_context(redis_url())
+        live = stack.enter_context(Live(console=console, refresh_per_second=4))
+        report, _ = run_adaptive_demo(
+            url,
+            config,
+            log_dir=log_dir,
+            on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
+        )
+    _finish(console, report, json_path)
+    if plot_path is not None:
+        from tidegate.ops.adaptive_plot import plot_adaptive
+
+        console.print(f"plot: {plot_adaptive(report, plot_path)}")

@@ -1,0 +1,204 @@
+"""The adaptive scenario: the vessel burst against a customs gateway whose capacity
+the gate is never told.
+
+The run is the vessel demo's own (:func:`tidegate.ops.vessel_demo.run_vessel_demo`: the
+same burst, the real worker fleet, the same reconciliation), with two differences. The
+customs sim enforces ``customs_rate`` / ``customs_burst`` and dips to ``dip_factor`` of
+that rate for ``dip_s`` seconds from ``dip_at_s`` (a maintenance window); and the
+workers' customs gate starts at a floor with ``TIDEGATE_CUSTOMS_ADAPTIVE=on``, so the
+fleet's elected controller must find the rate from the 429s alone (by default the sim
+advertises no quota headers: with them there would be little to learn).
+
+Every figure is computed from the sim's own record (its accept and answer timelines),
+not from what the workers believe they did: the gateway's operator counts the same way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tidegate.flow.adaptive import AdaptiveKeys, RedisAdaptiveStore
+from tidegate.ops.vessel_demo import RunHandles, Sample, Submission, VesselConfig, run_vessel_demo
+from tidegate.sim import QuotaHeaders
+
+__all__ = [
+    "AdaptiveDemoConfig",
+    "capacity_at",
+    "converge_s",
+    "customs_figures",
+    "run_adaptive_demo",
+    "schedule",
+]
+
+#: The rolling window (s) over which the admitted rate is compared with the capacity,
+#: and the step it slides by: one second would count a single late call as a miss.
+RATE_WINDOW_S, RATE_STEP_S = 3.0, 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveDemoConfig:
+    """The knobs of the scenario; the customs figures are the sim's *true* capacity."""
+
+    interchanges: int = 1200
+    customs_rate: float = 10.0
+    customs_burst: int = 3
+    workers: int = 2
+    seed: int = 7
+    dip_at_s: float = 20.0
+    dip_s: float = 20.0
+    dip_factor: float = 0.4
+    #: Where the gate starts, and the box the controller stays in (calls per second).
+    floor_rate: float = 1.0
+    max_rate: float = 50.0
+    timeout_s: float = 600.0
+    #: ``"none"``: the sim advertises no quota, the rate is learned from 429s alone;
+    #: ``"minute"``: it advertises ``X-RateLimit-Limit-Minute`` and the gate follows it.
+    quota_headers: QuotaHeaders = "none"
+
+
+def schedule(config: AdaptiveDemoConfig) -> tuple[tuple[float, float], ...]:
+    """The sim's capacity steps: the dip, then back to the full rate."""
+    low = config.customs_rate * config.dip_factor
+    return ((config.dip_at_s, low), (config.dip_at_s + config.dip_s, config.customs_rate))
+
+
+def capacity_at(config: AdaptiveDemoConfig, t: float) -> float:
+    """The true capacity ``t`` s after the start (calls per second)."""
+    rate = config.customs_rate
+    for at_s, step in schedule(config):
+        if t >= at_s:
+            rate = step
+    return rate
+
+
+def _capacity_area(config: AdaptiveDemoConfig, start: float, end: float) -> float:
+    """Calls the true capacity allows between ``start`` and ``end`` (exact, piecewise)."""
+    edges = sorted({start, end, *(at for at, _ in schedule(config) if start < at < end)})
+    return sum(capacity_at(config, lo) * (hi - lo) for lo, hi in itertools.pairwise(edges))
+
+
+def converge_s(config: AdaptiveDemoConfig, accepted: Sequence[float]) -> float | None:
+    """Seconds from the start until the admitted rate (accepts in a rolling
+    :data:`RATE_WINDOW_S` window) first reaches 90 % of the capacity in force at the
+    window's middle; ``None`` if it never does. ``accepted`` are seconds since start."""
+    times = sorted(accepted)
+    if not times:
+        return None
+    t = 0.0
+    while t + RATE_WINDOW_S <= times[-1] + RATE_STEP_S:
+        count = sum(1 for a in times if t <= a < t + RATE_WINDOW_S)
+        if count / RATE_WINDOW_S >= 0.9 * capacity_at(config, t + RATE_WINDOW_S / 2):
+            return round(t + RATE_WINDOW_S, 1)
+        t += RATE_STEP_S
+    return None
+
+
+def customs_figures(
+    config: AdaptiveDemoConfig, record: Mapping[str, Any], origin: float
+) -> dict[str, Any]:
+    """``downstreams.customs`` from the sim's record (``stats()`` with timelines) and
+    the wall instant ``origin`` its schedule started at.
+
+    ``utilisation`` is the calls accepted against those the true capacity allowed from
+    the start to the last accept (learning and the dip included: that is the cost).
+    """
+    accepted = sorted(ts - origin for ts in record.get("accept_timeline", []))
+    drain = accepted[-1] if accepted else 0.0
+    area = _capacity_area(config, 0.0, drain)
+    return {
+        "accepted": record["distinct_keys"],
+        "duplicates": record["duplicates"],
+        "responses_429": record["responses_429"],
+        "responses_503": record["responses_503"],
+        "suspensions": record["suspensions"],
+        "share_429": round(record["responses_429"] / max(1, record["distinct_keys"]), 4),
+        "drain_s": round(drain, 3),
+        "utilisation": round(len(accepted) / area, 3) if area > 0 else None,
+        "converge_s": converge_s(config, accepted),
+        "limit": f"{config.customs_rate:g}/s (hidden)",
+        "schedule": [list(step) for step in schedule(config)],
+        "max_accepted_1s": record.get("max_accepted_1s"),
+    }
+
+
+class AdaptiveGate:
+    """The vessel run's plug-in (:class:`~tidegate.ops.vessel_demo.Disturbance`): the
+    workers' customs gate adaptive from a floor, the sim's schedule started with the
+    burst, the learned rate sampled each period, the sim's record taken at the end."""
+
+    def __init__(self, config: AdaptiveDemoConfig) -> None:
+        self.config = config
+        self.origin = 0.0
+        self.learned: list[tuple[float, float]] = []
+
+    def worker_env(self) -> Mapping[str, str]:
+        return {
+            "TIDEGATE_CUSTOMS_RATE": repr(self.config.floor_rate),
+            "TIDEGATE_CUSTOMS_BURST": "1",
+            "TIDEGATE_CUSTOMS_ADAPTIVE": "on",
+            "TIDEGATE_CUSTOMS_MIN_RATE": repr(self.config.floor_rate),
+            "TIDEGATE_CUSTOMS_MAX_RATE": repr(self.config.max_rate),
+            "TIDEGATE_CUSTOMS_SUSPENSION_PRONE": "true",
+        }
+
+    def documents(self, burst: list[Submission]) -> list[Submission]:
+        return burst
+
+    def started(self, run: RunHandles) -> None:
+        # The fleet took seconds to start: the schedule's clock starts with the burst.
+        run.customs.reset()
+        self.origin = time.time()
+
+    def tick(self, run: RunHandles, t: float) -> None:
+        keys = AdaptiveKeys.build("customs", prefix=run.prefix)
+        state = RedisAdaptiveStore(run.client).load(keys).rate
+        if state is not None:
+            self.learned.append((round(time.time() - self.origin, 2), state.rate))
+
+    def busy(self, t: float) -> bool:
+        return False
+
+    def collect(self, run: RunHandles) -> dict[str, Any]:
+        return {"record": run.customs.stats()}
+
+
+def run_adaptive_demo(
+    url: str,
+    config: AdaptiveDemoConfig,
+    *,
+    on_sample: Callable[[Sample, int], None] | None = None,
+    log_dir: Path | None = None,
+) -> tuple[dict[str, Any], list[Sample]]:
+    """Run the scenario against Redis at ``url``; return (report, samples).
+
+    The report is the vessel report (reconciliation: ``lost``, ``accepted_twice``…)
+    with ``scenario: adaptive``, ``downstreams.customs`` from :func:`customs_figures`
+    and ``_adaptive`` (the schedule's origin and the learned rate over time) for the
+    plot.
+    """
+    gate = AdaptiveGate(config)
+    vessel = VesselConfig(
+        interchanges=config.interchanges,
+        customs_rate=config.customs_rate,
+        customs_burst=config.customs_burst,
+        workers=config.workers,
+        seed=config.seed,
+        timeout_s=config.timeout_s,
+        front_door=False,
+        customs_schedule=schedule(config),
+        customs_quota_headers=config.quota_headers,
+    )
+    report, samples = run_vessel_demo(
+        url, vessel, on_sample=on_sample, log_dir=log_dir, disturbance=gate
+    )
+    record = report.pop("chaos")["record"]
+    report["scenario"] = "adaptive"
+    report["downstreams"]["customs"] = customs_figures(config, record, gate.origin)
+    report["config"] = {k: getattr(config, k) for k in config.__dataclass_fields__}
+    report["_adaptive"] = {"origin": gate.origin, "learned": gate.learned}
+    return report, samples
