@@ -278,7 +278,8 @@ class CeleryHarness:
         wait_for(lambda: self.dlq.get(key) is None, SETTLE_S, "the replayed letter resolved")
 
     def parked(self) -> list[str]:
-        return [key for page in ParkingLot(self.client, prefix=self.prefix).iter_keys(100) for key in page]
+        lot = ParkingLot(self.client, prefix=self.prefix)
+        return [key for page in lot.iter_keys(100) for key in page]
 
     _sim_keys: Callable[[], list[str]]
 
@@ -382,7 +383,7 @@ class RqHarness:
 
 
 @pytest.fixture(params=ENGINES)
-def engine(
+def engine(  # noqa: PLR0917 - pytest passes fixtures positionally
     request: pytest.FixtureRequest,
     redis_url: str,
     redis_client: redis.Redis,
