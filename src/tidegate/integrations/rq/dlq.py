@@ -16,7 +16,10 @@ Per job::
 
     queue.enqueue(f, doc, on_failure=Callback(tidegate.integrations.rq.dead_letter_on_failure))
 
-**A worker killed mid-job** (SIGKILL, OOM, a lost host) is recovered by RQ itself:
+**A worker killed mid-job** is recovered by RQ itself. A killed work horse (the
+forked child running the job) is seen at once by its worker, which calls
+:meth:`~tidegate.integrations.rq.JsonWorker.handle_work_horse_killed` and then fails
+or retries the job; a killed worker (SIGKILL, OOM, a lost host) is found later:
 every worker's maintenance (``--maintenance-interval``, 10 minutes by default) cleans
 the ``StartedJobRegistry`` of executions whose heartbeat expired and reports each such
 job to the exception handlers as ``AbandonedJobError``. Either hook then does not
@@ -51,6 +54,7 @@ __all__ = [
     "dead_letter_on_failure",
     "dead_letter_refused",
     "failure_reason",
+    "redeliver",
 ]
 
 log = get_logger("tidegate.rq")
@@ -99,10 +103,11 @@ def _record(job: Job, exc: BaseException | None, connection: redis.Redis | None)
     )
 
 
-def _redeliver(job: Job) -> None:
-    """RQ found ``job`` abandoned by a dead worker: run it again, as a redelivery.
+def redeliver(job: Job, *, cause: str = "worker_died") -> None:
+    """``job``'s worker died mid-job: run it again, as a redelivery.
 
-    One RQ retry (RQ's cleanup re-enqueues the same job after the handlers ran), and
+    One RQ retry (RQ's cleanup, or the worker whose work horse died, re-enqueues the
+    same job right after this), and
     the mark that makes the lifecycle confirm with the downstream before sending: the
     dead worker may have been mid-call. Idempotent, as both hooks may run.
     """
@@ -115,7 +120,7 @@ def _redeliver(job: Job) -> None:
         job_id=job.id,
         queue=job.origin,
         key_hash=key_hash(rq_unit(job, "", job.args, job.kwargs).key),
-        reason="worker_died",
+        reason=cause,
     )
 
 
@@ -154,7 +159,7 @@ def _on_failure(job: Job, exc: BaseException | None, connection: redis.Redis | N
         dead_letter_refused(job, refused, connection)
         return
     if isinstance(exc, AbandonedJobError):
-        _redeliver(job)
+        redeliver(job)
         return
     _count_failure(job, exc)
     if not job.should_retry and job.meta.get(_RECORDED) != job.meta.get(_LAST_FAILURE):

@@ -11,6 +11,10 @@ forked: it is dead-lettered with a typed reason (``ContentRefused``), reported a
 ``rq_job_refused`` event and failed in RQ's ``FailedJobRegistry`` — its bytes are
 never handed to pickle, its function never imported or called.
 
+A job whose work horse was killed mid-job (SIGKILL, the OOM killer) is run again as a
+redelivery — one RQ retry, marked so that the lifecycle asks the downstream before
+sending — instead of failing into RQ's registry, where tidegate would not see it.
+
 The worker also logs tidegate's events as JSON lines (``TIDEGATE_LOG_LEVEL``) and
 turns off RQ's job-description logging: a description is the call with its
 arguments, that is, the payload.
@@ -26,7 +30,7 @@ from rq.queue import Queue
 from rq.worker import Worker
 
 from tidegate.integrations.rq._serializer import ContentRefused, JsonSerializer, refusal
-from tidegate.integrations.rq.dlq import dead_letter_refused
+from tidegate.integrations.rq.dlq import dead_letter_refused, redeliver
 from tidegate.logging import configure
 
 __all__ = ["JsonWorker"]
@@ -51,6 +55,13 @@ class JsonWorker(Worker):
             super().execute_job(job, queue)
             return
         self.refuse(job, queue, refused)
+
+    def handle_work_horse_killed(self, job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
+        """The work horse died under the job: RQ fails (or retries) the job right after
+        this; make it a retried redelivery, reconciled before it is sent again."""
+        if refusal(job) is None:
+            redeliver(job, cause="work_horse_killed")
+        super().handle_work_horse_killed(job, retpid, ret_val, rusage)  # type: ignore[no-untyped-call]
 
     def refuse(self, job: Job, queue: Queue, refused: ContentRefused) -> None:
         """Dead-letter, report and fail ``job`` without running it.
