@@ -70,7 +70,9 @@ ACCEPTS: Mapping[str, frozenset[str]] = {
 }
 
 #: Parameters that choose the run rather than tune it.
-_SELECTORS = frozenset({"scenario", "chaos_kind"})
+_SELECTORS = frozenset({"scenario", "chaos_kind", "engine"})
+#: The runs ``--engine rq`` has: the vessel burst, alone or under ``--chaos kill-workers``.
+_RQ_RUNS = frozenset({"vessel", "chaos"})
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -98,6 +100,12 @@ def check_flags(ctx: click.Context) -> str:
     if chaos_kind is not None and scenario != "vessel":
         raise click.UsageError("--chaos applies to --scenario vessel", ctx=ctx)
     run = "chaos" if chaos_kind is not None else scenario
+    if ctx.params.get("engine") == "rq" and (
+        run not in _RQ_RUNS or chaos_kind not in {None, "kill-workers"}
+    ):
+        raise click.UsageError(
+            "--engine rq runs --scenario vessel, alone or with --chaos kill-workers", ctx=ctx
+        )
     accepted = ACCEPTS[run]
     refused = [
         _flag(ctx, name)
@@ -257,6 +265,13 @@ def _finish(
     "(its own embedded Redis); exits 1 when a check fails.",
 )
 @click.option(
+    "--engine",
+    type=click.Choice(["celery", "rq"]),
+    default="celery",
+    show_default=True,
+    help="vessel (also with --chaos kill-workers): the worker engine the burst runs on.",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -288,6 +303,7 @@ def demo(
     bulk: int,
     seed: int,
     chaos_kind: str | None,
+    engine: str,
     json_path: Path | None,
     plot_path: Path | None,
     keep_logs: bool,
@@ -296,7 +312,12 @@ def demo(
     run = check_flags(ctx)
     console = make_console()
     try:
-        if chaos_kind is not None:
+        if engine == "rq":
+            from tidegate.cli._demo_rq import rq_vessel_scenario
+
+            tuning = {name: ctx.params[name] for name in _RQ_TUNING if _given(ctx, name)}
+            rq_vessel_scenario(console, tuning, chaos_kind, json_path, plot_path, keep_logs)
+        elif chaos_kind is not None:
             tuning = {
                 name: ctx.params[name]
                 for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
@@ -337,6 +358,9 @@ def demo(
             raise
         raise TidegateCLIError(_UNWRITABLE_HINTS.get(cause, _UNWRITABLE_HINTS["oom"])) from None
 
+
+#: The flags ``--engine rq`` passes on to its vessel burst.
+_RQ_TUNING = ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
 
 #: The one line ``tidegate demo`` ends with when its Redis refuses writes, by cause.
 _UNWRITABLE_HINTS = {
