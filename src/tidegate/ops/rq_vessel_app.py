@@ -12,8 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from tidegate.integrations.rq import gated
-from tidegate.integrations.rq._runtime import downstream_client
+from tidegate.integrations.rq import downstream_client, gated
 
 __all__ = ["push_tos", "submit_customs"]
 

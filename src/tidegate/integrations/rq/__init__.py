@@ -38,6 +38,7 @@ gate defaults ``TIDEGATE_<NAME>_RATE`` / ``_BURST`` / ``_CONCURRENCY``, the look
 
 from __future__ import annotations
 
+from tidegate.integrations.rq._runtime import downstream_client
 from tidegate.integrations.rq._serializer import ContentRefused, JsonSerializer, json_queue
 from tidegate.integrations.rq.dlq import dead_letter_handler, dead_letter_on_failure
 from tidegate.integrations.rq.gated import ATTEMPT_META, REDELIVERED_META, REPLAY_META, gate, gated
@@ -55,6 +56,7 @@ __all__ = [
     "RqSender",
     "dead_letter_handler",
     "dead_letter_on_failure",
+    "downstream_client",
     "gate",
     "gated",
     "json_queue",
