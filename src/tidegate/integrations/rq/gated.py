@@ -26,10 +26,10 @@ any failure is raised.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from rq.job import Job, get_current_job
+from rq.job import get_current_job
 
 from tidegate.delivery import (
     LifecyclePolicy,
@@ -37,7 +37,6 @@ from tidegate.delivery import (
     Unit,
     deliver,
     max_request_s_for,
-    unit_key,
 )
 from tidegate.flow import Gate
 from tidegate.integrations.rq._runtime import (
@@ -62,7 +61,6 @@ __all__ = [
     "REPLAY_META",
     "gate",
     "gated",
-    "idempotency_key",
 ]
 
 P = ParamSpec("P")
@@ -72,14 +70,6 @@ R = TypeVar("R")
 def gate(name: str) -> Gate:
     """The current process's gate of downstream ``name`` (for a client's feedback)."""
     return gate_for(name)
-
-
-def idempotency_key(job: Job | None, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    """The unit's key (:func:`~tidegate.delivery.unit_key`), else the job id."""
-    key = unit_key(tuple(args), kwargs)
-    if key is not None:
-        return key
-    return job.id if job is not None else ""
 
 
 def _lookup(downstream: str, path: str) -> Callable[[str], bool | None]:
