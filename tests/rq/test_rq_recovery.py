@@ -22,7 +22,7 @@ from rq.registry import FailedJobRegistry
 
 from tidegate.flow import Gate
 from tidegate.integrations.rq import REDELIVERED_META, JsonSerializer, json_queue
-from tidegate.load import DeliveryLedger, DeliveryState
+from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState
 from tidegate.sim import CustomsSim
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -79,3 +79,36 @@ def test_a_killed_work_horse_is_redelivered_and_confirmed_not_sent_twice(
     assert FailedJobRegistry(rq_queue, connection=redis_client).count == 0
     ledger = DeliveryLedger(redis_client, prefix=prefix)
     assert ledger.state("customs", "horse-1") is DeliveryState.DELIVERED
+
+
+def test_a_job_that_cannot_reach_tidegates_redis_stays_in_rq_and_is_delivered_later(
+    redis_client: redis.Redis, prefix: str, rq_queue: str, workers: Callable[..., Any]
+) -> None:
+    """tidegate's Redis is unreachable from the workers (RQ's is fine): nothing can be
+    parked or dead-lettered, so the job goes back to its queue again and again — never
+    to the DLQ, never to RQ's failed registry; once the workers reach it, it is
+    delivered once."""
+    Gate(redis_client, "customs", prefix=prefix).configure(rate=100, burst=10)
+    queue = json_queue(rq_queue, redis_client)
+    with CustomsSim(rate=100, burst=10) as sim:
+        job = queue.enqueue(
+            "rq_jobs.lodge", {"key": "away-1", "type": "VERMAS", "body": "UNH+1+VERMAS'"}
+        )
+        cut_off = workers(
+            {"TIDEGATE_CUSTOMS_URL": sim.url, "TIDEGATE_REDIS_URL": "redis://127.0.0.1:9/0"}
+        )
+        [worker] = cut_off.start([rq_queue], burst=False)
+
+        def retried() -> bool:
+            fetched = Job.fetch(job.id, connection=redis_client, serializer=JsonSerializer)
+            return int(fetched.meta.get("tidegate_failures", 0)) >= 2
+
+        wait_for(retried, 60, f"the job was given back twice\n{cut_off.logs()}")
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=30)
+        assert len(DeadLetterQueue(redis_client, prefix=prefix)) == 0
+        assert FailedJobRegistry(rq_queue, connection=redis_client).count == 0
+        assert sim.accepted_keys() == []
+        pool = workers({"TIDEGATE_CUSTOMS_URL": sim.url})
+        pool.wait(pool.start([rq_queue]), timeout_s=60)
+        assert sim.accepted_keys() == ["away-1"]

@@ -144,8 +144,11 @@ class RqEngine:
         return {"tidegate": "parked", "reason": verdict.reason, "delay_s": verdict.delay_s}
 
     def requeue(self, unit: Unit, reason: str, error: Exception) -> NoReturn:
-        """Redis is down: RQ (on the same Redis, as a rule) can keep nothing either; the
-        job fails, and RQ's retry or the failed-job registry keeps it."""
+        """tidegate's Redis cannot be read or written (down, or too slow to answer):
+        nothing can be parked or dead-lettered. The job fails with one more RQ retry, so
+        RQ puts it back on its queue (as Celery's broker keeps a rejected message)
+        instead of the failure hooks dead-lettering a unit that only met a bad moment."""
+        self.job.retries_left = (self.job.retries_left or 0) + 1
         raise error
 
     def letter_extra(self, unit: Unit) -> Mapping[str, Any]:
