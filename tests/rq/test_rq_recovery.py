@@ -21,7 +21,7 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 
 from tidegate.flow import Gate
-from tidegate.integrations.rq import REDELIVERED_META, JsonSerializer, json_queue
+from tidegate.integrations.rq import REDELIVERED_META, JsonSerializer, JsonWorker, json_queue
 from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState
 from tidegate.sim import CustomsSim
 
@@ -112,3 +112,22 @@ def test_a_job_that_cannot_reach_tidegates_redis_stays_in_rq_and_is_delivered_la
         pool = workers({"TIDEGATE_CUSTOMS_URL": sim.url})
         pool.wait(pool.start([rq_queue]), timeout_s=60)
         assert sim.accepted_keys() == ["away-1"]
+
+
+def test_a_job_a_dead_worker_popped_but_never_started_goes_back_to_its_queue(
+    redis_client: redis.Redis, prefix: str, rq_queue: str, workers: Callable[..., Any]
+) -> None:
+    """RQ's intermediate-queue cleanup fails such a job ("stuck in intermediate
+    queue"), into its own registry where tidegate would never see it; tidegate's
+    worker puts it back on its queue as a redelivery instead."""
+    queue = json_queue(rq_queue, redis_client)
+    job = queue.enqueue("rq_jobs.lodge", {"key": "popped-1", "type": "VERMAS", "body": "x"})
+    # Popped as a worker pops it (into RQ's intermediate list), then the worker died.
+    redis_client.lmove(queue.key, queue.intermediate_queue_key, "RIGHT", "LEFT")
+    worker = JsonWorker([queue], connection=redis_client)
+    worker.handle_job_failure(job, queue, exc_string="Job was stuck in intermediate queue.")
+    again = Job.fetch(job.id, connection=redis_client, serializer=JsonSerializer)
+    assert queue.get_job_ids() == [job.id]
+    assert again.get_status() == JobStatus.QUEUED
+    assert again.meta[REDELIVERED_META] == 1
+    assert FailedJobRegistry(rq_queue, connection=redis_client).count == 0

@@ -20,17 +20,19 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from tidegate.delivery import steps
 from tidegate.delivery.lifecycle import LifecyclePolicy, Requeue, lifecycle
 from tidegate.delivery.unit import Unit, dead_letter_for
 from tidegate.delivery.verdict import Verdict, fleet_now_s
 from tidegate.errors import BackendError
-from tidegate.flow import Gate
-from tidegate.load.dlq import DeadLetter
-from tidegate.load.ledger import LedgerEntry
 from tidegate.logging import get_logger, key_hash
+
+if TYPE_CHECKING:
+    from tidegate.flow import Gate
+    from tidegate.load.dlq import DeadLetter
+    from tidegate.load.ledger import LedgerEntry
 
 __all__ = [
     "DEFAULT_MARK_BACKOFF_S",

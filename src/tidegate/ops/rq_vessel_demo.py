@@ -136,10 +136,11 @@ def _submit(run: _Run, submissions: list[Submission], limit_bytes: int) -> list[
 
 
 def _holdings(run: _Run) -> dict[str, int]:
-    """What RQ still holds, per state: queued, scheduled (parked) and started."""
+    """What RQ still holds, per state: queued (also popped by a worker, not started),
+    scheduled (parked) and started."""
     held = {"queued": 0, "scheduled": 0, "started": 0}
     for queue in run.queues.values():
-        held["queued"] += queue.count
+        held["queued"] += queue.count + len(queue.intermediate_queue.get_job_ids())
         held["scheduled"] += queue.scheduled_job_registry.count
         held["started"] += queue.started_job_registry.count
     return held
@@ -236,7 +237,7 @@ def _pending_keys(run: _Run) -> list[str]:
     """The keys RQ still holds at the end: queued, scheduled or started."""
     ids: list[str] = []
     for queue in run.queues.values():
-        ids += queue.get_job_ids()
+        ids += queue.get_job_ids() + queue.intermediate_queue.get_job_ids()
         ids += queue.scheduled_job_registry.get_job_ids()
         ids += queue.started_job_registry.get_job_ids()
     keys = []

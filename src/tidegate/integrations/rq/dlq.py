@@ -25,8 +25,9 @@ the ``StartedJobRegistry`` of executions whose heartbeat expired and reports eac
 job to the exception handlers as ``AbandonedJobError``. Either hook then does not
 dead-letter it: it marks it redelivered (:data:`REDELIVERED_META`) and gives it one RQ
 retry, so RQ puts the *same job* back on its queue, and the lifecycle asks the
-downstream (reconcile-by-lookup) before sending it again. Jobs a dead worker had
-popped but not started are put back by RQ's intermediate-queue cleanup.
+downstream (reconcile-by-lookup) before sending it again. A job a dead worker had
+popped but not started, which RQ's intermediate-queue cleanup would fail, is retried the
+same way (:class:`~tidegate.integrations.rq.JsonWorker`).
 """
 
 from __future__ import annotations

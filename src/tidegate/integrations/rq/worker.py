@@ -11,9 +11,10 @@ forked: it is dead-lettered with a typed reason (``ContentRefused``), reported a
 ``rq_job_refused`` event and failed in RQ's ``FailedJobRegistry`` — its bytes are
 never handed to pickle, its function never imported or called.
 
-A job whose work horse was killed mid-job (SIGKILL, the OOM killer) is run again as a
-redelivery — one RQ retry, marked so that the lifecycle asks the downstream before
-sending — instead of failing into RQ's registry, where tidegate would not see it.
+A job whose work horse was killed mid-job (SIGKILL, the OOM killer), or that a killed
+worker had popped but not started, is run again as a redelivery — one RQ retry, marked so
+that the lifecycle asks the downstream before sending — instead of failing into RQ's
+registry, where tidegate would not see it.
 
 The worker also logs tidegate's events as JSON lines (``TIDEGATE_LOG_LEVEL``) and
 turns off RQ's job-description logging: a description is the call with its
@@ -34,6 +35,9 @@ from tidegate.integrations.rq.dlq import dead_letter_refused, redeliver
 from tidegate.logging import configure
 
 __all__ = ["JsonWorker"]
+
+#: How RQ's intermediate-queue cleanup fails a job a dead worker had popped, not started.
+_STUCK = "Job was stuck in intermediate queue"
 
 
 class JsonWorker(Worker):
@@ -62,6 +66,26 @@ class JsonWorker(Worker):
         if refusal(job) is None:
             redeliver(job, cause="work_horse_killed")
         super().handle_work_horse_killed(job, retpid, ret_val, rusage)  # type: ignore[no-untyped-call]
+
+    def handle_job_failure(
+        self,
+        job: Job,
+        queue: Queue,
+        started_job_registry: Any = None,
+        exc_string: str = "",
+        execution: Any = None,
+    ) -> None:
+        """RQ fails a job that a dead worker had popped but not started (its
+        intermediate-queue cleanup): make it a retried redelivery instead."""
+        if exc_string.startswith(_STUCK) and refusal(job) is None:
+            redeliver(job, cause="popped_by_dead_worker")
+        super().handle_job_failure(
+            job,
+            queue,
+            started_job_registry=started_job_registry,
+            exc_string=exc_string,
+            execution=execution,
+        )
 
     def refuse(self, job: Job, queue: Queue, refused: ContentRefused) -> None:
         """Dead-letter, report and fail ``job`` without running it.
