@@ -141,8 +141,10 @@ def _holdings(run: _Run) -> dict[str, int]:
     held = {"queued": 0, "scheduled": 0, "started": 0}
     for queue in run.queues.values():
         held["queued"] += queue.count + len(queue.intermediate_queue.get_job_ids())
-        held["scheduled"] += queue.scheduled_job_registry.count
-        held["started"] += queue.started_job_registry.count
+        # Never RQ's count(): it cleans the registry up, and a cleanup without the
+        # workers' exception handlers fails an abandoned job instead of giving it back.
+        held["scheduled"] += queue.scheduled_job_registry.get_job_count(cleanup=False)
+        held["started"] += queue.started_job_registry.get_job_count(cleanup=False)
     return held
 
 
@@ -238,8 +240,8 @@ def _pending_keys(run: _Run) -> list[str]:
     ids: list[str] = []
     for queue in run.queues.values():
         ids += queue.get_job_ids() + queue.intermediate_queue.get_job_ids()
-        ids += queue.scheduled_job_registry.get_job_ids()
-        ids += queue.started_job_registry.get_job_ids()
+        ids += queue.scheduled_job_registry.get_job_ids(cleanup=False)
+        ids += queue.started_job_registry.get_job_ids(cleanup=False)
     keys = []
     for job_id in ids:
         try:
