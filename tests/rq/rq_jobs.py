@@ -17,7 +17,7 @@ from tidegate.integrations.rq import gate, gated
 MAX_WAIT_S = float(os.environ.get("TIDEGATE_MAX_WAIT_S", "5"))
 
 
-@gated("customs", max_wait_s=MAX_WAIT_S)
+@gated("customs", max_wait_s=MAX_WAIT_S, lookup_path="/declarations")
 def lodge(envelope: dict[str, Any]) -> dict[str, Any]:
     """Lodge one document with the customs sim, through the fleet-wide gate."""
     client = DownstreamClient(

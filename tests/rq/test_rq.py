@@ -10,6 +10,7 @@ import redis
 from rq.callbacks import Callback
 from rq.job import Job, Retry
 from rq.registry import FailedJobRegistry
+from rq.worker import Worker
 
 from tidegate.edi.classify import DocumentClass
 from tidegate.flow import Gate
@@ -72,12 +73,15 @@ def test_a_job_that_cannot_pass_the_gate_is_parked_in_rqs_scheduler(
     burnt) and delivered once the scheduler releases it."""
     gate = Gate(redis_client, "customs", prefix=prefix)
     gate.configure(rate=50, burst=5)
-    gate.pause(2, "maintenance")
     queue = json_queue(rq_queue, redis_client)
     with CustomsSim(rate=50, burst=5) as sim:
-        first = queue.enqueue("rq_jobs.lodge", envelope("parked-1"))
         pool = workers({"TIDEGATE_CUSTOMS_URL": sim.url, "TIDEGATE_MAX_WAIT_S": "0.2"})
         pool.start([rq_queue], burst=False, scheduler=True)
+        # The pause starts once the worker listens: a worker slow to start (shared
+        # CPUs) must not find it over already.
+        wait_for(lambda: Worker.count(queue=queue) == 1, 60, "the worker registered")
+        gate.pause(2, "maintenance")
+        first = queue.enqueue("rq_jobs.lodge", envelope("parked-1"))
         wait_for(lambda: sim.stats(timeline=False)["distinct_keys"] == 1, 30, pool.logs())
         # The sim counts the call before the worker records the job as finished.
         wait_for(lambda: queue.finished_job_registry.count == 2, 30, pool.logs())

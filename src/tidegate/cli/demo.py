@@ -77,7 +77,9 @@ ACCEPTS: Mapping[str, frozenset[str]] = {
 }
 
 #: Parameters that choose the run rather than tune it.
-_SELECTORS = frozenset({"scenario", "chaos_kind"})
+_SELECTORS = frozenset({"scenario", "chaos_kind", "engine"})
+#: The runs ``--engine rq`` has: the vessel burst, alone or under ``--chaos kill-workers``.
+_RQ_RUNS = frozenset({"vessel", "chaos"})
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -105,6 +107,12 @@ def check_flags(ctx: click.Context) -> str:
     if chaos_kind is not None and scenario != "vessel":
         raise click.UsageError("--chaos applies to --scenario vessel", ctx=ctx)
     run = "chaos" if chaos_kind is not None else scenario
+    if ctx.params.get("engine") == "rq" and (
+        run not in _RQ_RUNS or chaos_kind not in {None, "kill-workers"}
+    ):
+        raise click.UsageError(
+            "--engine rq runs --scenario vessel, alone or with --chaos kill-workers", ctx=ctx
+        )
     accepted = ACCEPTS[run]
     refused = [
         _flag(ctx, name)
@@ -275,6 +283,13 @@ def _finish(
     "queue depth (RABBITMQ_MANAGEMENT_URL, else the broker's host on port 15672).",
 )
 @click.option(
+    "--engine",
+    type=click.Choice(["celery", "rq"]),
+    default="celery",
+    show_default=True,
+    help="vessel (also with --chaos kill-workers): the worker engine the burst runs on.",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -314,6 +329,7 @@ def demo(
     seed: int,
     chaos_kind: str | None,
     broker: str | None,
+    engine: str,
     json_path: Path | None,
     plot_path: Path | None,
     console_on: bool,
@@ -328,8 +344,18 @@ def demo(
             "it does not take --broker",
             ctx=ctx,
         )
+    if engine == "rq" and (broker is not None or console_on):
+        raise click.UsageError(
+            "--engine rq runs RQ workers on Redis: it takes neither --broker nor --console",
+            ctx=ctx,
+        )
     try:
-        if chaos_kind is not None:
+        if engine == "rq":
+            from tidegate.cli._demo_rq import rq_vessel_scenario
+
+            tuning = {name: ctx.params[name] for name in _RQ_TUNING if _given(ctx, name)}
+            rq_vessel_scenario(console, tuning, chaos_kind, json_path, plot_path, keep_logs)
+        elif chaos_kind is not None:
             tuning = {
                 name: ctx.params[name]
                 for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
@@ -383,6 +409,9 @@ def demo(
             raise
         raise TidegateCLIError(_UNWRITABLE_HINTS.get(cause, _UNWRITABLE_HINTS["oom"])) from None
 
+
+#: The flags ``--engine rq`` passes on to its vessel burst.
+_RQ_TUNING = ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
 
 #: The one line ``tidegate demo`` ends with when its Redis refuses writes, by cause.
 _UNWRITABLE_HINTS = {

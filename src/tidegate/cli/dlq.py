@@ -153,6 +153,11 @@ def show(key: str, payload: bool, redis_url: str | None, prefix: str) -> None:
     envvar="TIDEGATE_BROKER_URL",
     help="Celery broker to republish to (default: the Redis URL).",
 )
+@click.option(
+    "--rq-url",
+    envvar="TIDEGATE_RQ_URL",
+    help="RQ's Redis, where RQ dead letters are enqueued back (default: the Redis URL).",
+)
 @prefix_option
 @redis_url_option
 def replay(
@@ -162,18 +167,25 @@ def replay(
     rate: float,
     hold_minutes: float,
     broker_url: str | None,
+    rq_url: str | None,
     prefix: str,
     redis_url: str | None,
 ) -> None:
     """Republish dead letters to their queues; each is removed once delivered.
 
+    Each letter goes back through its own engine: Celery's ``send_task``, or an RQ
+    ``enqueue`` to its queue.
+
     Records another replay still holds (published, not yet settled) are skipped and
     counted, so running replay twice never publishes the same record twice.
     """
-    from tidegate.integrations.celery.replay import celery_replay_publisher
+    from tidegate.load.replay_engines import engine_replay_publisher
 
     with redis_client(redis_url) as client:
-        publish, close = celery_replay_publisher(broker_url or resolve_redis_url(redis_url))
+        publish, close = engine_replay_publisher(
+            broker_url=broker_url or resolve_redis_url(redis_url),
+            rq_url=rq_url or resolve_redis_url(redis_url),
+        )
         pace = RateLimiter(client, "dlq-replay", rate=rate, burst=max(1, int(rate)), prefix=prefix)
         try:
             result = replay_dead_letters(

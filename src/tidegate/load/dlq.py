@@ -68,6 +68,10 @@ class DeadLetter:
         in_replay_until: while a replay of the unit is in flight, when its mark lapses
             (Unix seconds, fleet clock); ``None`` when no replay holds it. Read from
             the mark, never stored in the record.
+        engine: the worker engine the unit belongs to (``"celery"``, ``"rq"``): a
+            replay republishes it through that engine (``task`` is then the Celery
+            task name or the RQ function path). Records written before it existed
+            were Celery's.
     """
 
     key: str
@@ -82,6 +86,7 @@ class DeadLetter:
     last_failed_at: float = 0.0
     replays: int = 0
     in_replay_until: float | None = None
+    engine: str = "celery"
 
     def summary(self) -> dict[str, Any]:
         """The record without its payload, for listings and logs."""

@@ -1,14 +1,18 @@
-"""RQ integration: the same gate, the same intake admission, the same DLQ as Celery.
+"""RQ integration: the same unit lifecycle, gate, admission and DLQ as Celery.
 
 RQ has no rate limit (rq #74, #725) and its ``FailedJobRegistry`` is a de-facto DLQ
-without reasons. tidegate adapts its controls to RQ's hooks, thinly:
+without reasons. tidegate runs an RQ job through the same lifecycle as a Celery task
+(:mod:`tidegate.delivery`), with RQ as a thin engine:
 
-- :func:`gated` — a decorator: the job's body runs inside the downstream's fleet-wide
-  gate; a long wait or a transient failure re-schedules the job with RQ's scheduler
-  (durable in Redis, not in worker memory); an unrecoverable answer dead-letters it;
+- :func:`gated` — a decorator: malformed-unit check, delivery ledger and
+  reconcile-by-lookup, the downstream's fleet-wide gate; a long wait or a transient
+  failure re-schedules the job with RQ's scheduler (durable in Redis, not in worker
+  memory); an unrecoverable answer dead-letters it with the reason, as a letter
+  ``tidegate dlq replay`` can enqueue back (``engine: rq``);
 - :func:`dead_letter_handler` / :func:`dead_letter_on_failure` — a worker exception
   handler / a job failure callback: a job that failed for good (no RQ retry left)
-  becomes a :class:`~tidegate.load.DeadLetter` with the reason;
+  becomes a :class:`~tidegate.load.DeadLetter` with the reason; a job RQ found
+  abandoned by a dead worker is run again as a redelivery (reconciled first);
 - :func:`rq_admission` — the publish-side :class:`~tidegate.load.admission.Admission`
   with ``queue.count`` (+ started jobs) as depth and ``queue.enqueue`` as sender;
 - :class:`JsonWorker` / :func:`json_queue` — JSON only, both ways: RQ pickles jobs by
@@ -27,20 +31,24 @@ Enqueue with ``json_queue(name, connection)`` (or RQ's ``serializer="json"``: th
 bytes).
 
 Configuration comes from the environment like the Celery workers:
-``TIDEGATE_REDIS_URL`` (else the job's own RQ connection), ``TIDEGATE_PREFIX`` and the
-gate defaults ``TIDEGATE_<NAME>_RATE`` / ``_BURST`` / ``_CONCURRENCY``.
+``TIDEGATE_REDIS_URL`` (else the job's own RQ connection), ``TIDEGATE_PREFIX``, the
+gate defaults ``TIDEGATE_<NAME>_RATE`` / ``_BURST`` / ``_CONCURRENCY``, the lookup's
+``TIDEGATE_<NAME>_URL`` and ``TIDEGATE_<NAME>_MAX_REQUEST_S``.
 """
 
 from __future__ import annotations
 
+from tidegate.integrations.rq._runtime import downstream_client
 from tidegate.integrations.rq._serializer import ContentRefused, JsonSerializer, json_queue
 from tidegate.integrations.rq.dlq import dead_letter_handler, dead_letter_on_failure
-from tidegate.integrations.rq.gated import ATTEMPT_META, gate, gated
+from tidegate.integrations.rq.gated import ATTEMPT_META, REDELIVERED_META, REPLAY_META, gate, gated
 from tidegate.integrations.rq.intake import RqDepthProbe, RqSender, rq_admission
 from tidegate.integrations.rq.worker import JsonWorker
 
 __all__ = [
     "ATTEMPT_META",
+    "REDELIVERED_META",
+    "REPLAY_META",
     "ContentRefused",
     "JsonSerializer",
     "JsonWorker",
@@ -48,6 +56,7 @@ __all__ = [
     "RqSender",
     "dead_letter_handler",
     "dead_letter_on_failure",
+    "downstream_client",
     "gate",
     "gated",
     "json_queue",

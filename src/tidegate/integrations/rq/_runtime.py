@@ -1,4 +1,4 @@
-"""Per-process state of an RQ worker: tidegate's Redis client, prefix and gates."""
+"""Per-process state of an RQ worker: tidegate's Redis client, prefix, gates and stores."""
 
 from __future__ import annotations
 
@@ -9,14 +9,18 @@ import redis
 from rq.job import get_current_job
 
 from tidegate._redis import client_from_url
+from tidegate.delivery import Stores
+from tidegate.downstream import DownstreamClient
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.load import DeadLetterQueue, DeliveryLedger
 
-__all__ = ["client_for_job", "gate_for", "prefix"]
+__all__ = ["client_for_job", "downstream_client", "gate_for", "prefix", "stores_for"]
 
 _GATES: dict[tuple[int, int, str, str], Gate] = {}
 _CLIENTS: dict[tuple[int, str], redis.Redis] = {}
+_DOWNSTREAMS: dict[tuple[int, str], DownstreamClient] = {}
 _LOCK = threading.Lock()
 
 
@@ -52,3 +56,30 @@ def gate_for(name: str, client: redis.Redis | None = None) -> Gate:
         if key not in _GATES:
             _GATES[key] = Gate(client, name, prefix=prefix())
         return _GATES[key]
+
+
+def stores_for(name: str, client: redis.Redis | None = None) -> Stores:
+    """What the lifecycle shares with every engine: gate, ledger and DLQ of ``name``.
+
+    No outstanding registry: RQ keeps every job in Redis and recovers one whose
+    worker died itself (see :mod:`tidegate.integrations.rq.dlq`).
+    """
+    client = client if client is not None else client_for_job()
+    return Stores(
+        gate_for(name, client),
+        DeliveryLedger(client, prefix=prefix()),
+        DeadLetterQueue(client, prefix=prefix()),
+    )
+
+
+def downstream_client(name: str) -> DownstreamClient:
+    """This process's HTTP client for ``name`` at ``TIDEGATE_<NAME>_URL`` (lookups)."""
+    url = os.environ.get(f"TIDEGATE_{name.upper()}_URL")
+    if not url:
+        raise ConfigurationError(f"no URL for downstream {name!r}: set TIDEGATE_{name.upper()}_URL")
+    key = (os.getpid(), name)
+    gate = gate_for(name)  # the lookup's 429s pause the fleet like the calls'
+    with _LOCK:
+        if key not in _DOWNSTREAMS:
+            _DOWNSTREAMS[key] = DownstreamClient(name, url, feedback=gate)
+        return _DOWNSTREAMS[key]

@@ -15,6 +15,19 @@ Worker-wide::
 Per job::
 
     queue.enqueue(f, doc, on_failure=Callback(tidegate.integrations.rq.dead_letter_on_failure))
+
+**A worker killed mid-job** is recovered by RQ itself. A killed work horse (the
+forked child running the job) is seen at once by its worker, which calls
+:meth:`~tidegate.integrations.rq.JsonWorker.handle_work_horse_killed` and then fails
+or retries the job; a killed worker (SIGKILL, OOM, a lost host) is found later:
+every worker's maintenance (``--maintenance-interval``, 10 minutes by default) cleans
+the ``StartedJobRegistry`` of executions whose heartbeat expired and reports each such
+job to the exception handlers as ``AbandonedJobError``. Either hook then does not
+dead-letter it: it marks it redelivered (:data:`REDELIVERED_META`) and gives it one RQ
+retry, so RQ puts the *same job* back on its queue, and the lifecycle asks the
+downstream (reconcile-by-lookup) before sending it again. A job a dead worker had
+popped but not started, which RQ's intermediate-queue cleanup would fail, is retried the
+same way (:class:`~tidegate.integrations.rq.JsonWorker`).
 """
 
 from __future__ import annotations
@@ -24,28 +37,29 @@ from types import TracebackType
 from typing import Any
 
 import redis
+from rq.exceptions import AbandonedJobError
 from rq.job import Job
 
-from tidegate.delivery import RetryPolicy, verdict_for
+from tidegate.delivery import RetryPolicy, dead_letter_for, verdict_for
 from tidegate.errors import DownstreamRejected
 from tidegate.integrations.rq._runtime import client_for_job, prefix
 from tidegate.integrations.rq._serializer import ContentRefused, refusal
-from tidegate.integrations.rq.gated import idempotency_key
+from tidegate.integrations.rq.engine import FAILURES_META, REDELIVERED_META, rq_unit
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
-from tidegate.logging import get_logger
+from tidegate.logging import get_logger, key_hash
 
 __all__ = [
     "FAILURES_META",
+    "REDELIVERED_META",
     "dead_letter_handler",
     "dead_letter_on_failure",
     "dead_letter_refused",
     "failure_reason",
+    "redeliver",
 ]
 
 log = get_logger("tidegate.rq")
 
-#: ``job.meta`` key counting the job's failed executions across RQ retries.
-FAILURES_META = "tidegate_failures"
 _LAST_FAILURE = "tidegate_last_failure"
 _RECORDED = "tidegate_dead_lettered"
 
@@ -78,24 +92,36 @@ def _count_failure(job: Job, exc: BaseException | None) -> int:
 
 def _record(job: Job, exc: BaseException | None, connection: redis.Redis | None) -> None:
     attempts = int(job.meta.get(FAILURES_META, 1))
-    envelope = job.args[0] if job.args and isinstance(job.args[0], dict) else {}
+    unit = rq_unit(job, "", job.args, job.kwargs)
     DeadLetterQueue(client_for_job(connection or job.connection), prefix=prefix()).add(
-        DeadLetter(
-            key=idempotency_key(job, job.args, job.kwargs),
-            task=str(job.func_name),
+        dead_letter_for(
+            unit,
             reason=failure_reason(exc, attempts),
             exception=type(exc).__name__ if exc is not None else "",
             attempts=attempts,
-            payload={
-                "task": job.func_name,
-                "args": list(job.args),
-                "kwargs": dict(job.kwargs),
-                "queue": job.origin,
-                "rq_job_id": job.id,
-            },
-            bl_number=envelope.get("bl_number"),
-            batch_id=envelope.get("batch_id"),
+            extra={"rq_job_id": job.id},
         )
+    )
+
+
+def redeliver(job: Job, *, cause: str = "worker_died") -> None:
+    """``job``'s worker died mid-job: run it again, as a redelivery.
+
+    One RQ retry (RQ's cleanup, or the worker whose work horse died, re-enqueues the
+    same job right after this), and
+    the mark that makes the lifecycle confirm with the downstream before sending: the
+    dead worker may have been mid-call. Idempotent, as both hooks may run.
+    """
+    job.meta[REDELIVERED_META] = 1
+    job.save_meta()  # type: ignore[no-untyped-call]
+    if not job.retries_left:
+        job.retries_left = 1
+    log.warning(
+        "rq_job_recovered",
+        job_id=job.id,
+        queue=job.origin,
+        key_hash=key_hash(rq_unit(job, "", job.args, job.kwargs).key),
+        reason=cause,
     )
 
 
@@ -132,6 +158,9 @@ def _on_failure(job: Job, exc: BaseException | None, connection: redis.Redis | N
         # A JSON worker that is not a JsonWorker got here by failing to decode the
         # job; its meta is unreadable too, so nothing is counted or saved on the job.
         dead_letter_refused(job, refused, connection)
+        return
+    if isinstance(exc, AbandonedJobError):
+        redeliver(job)
         return
     _count_failure(job, exc)
     if not job.should_retry and job.meta.get(_RECORDED) != job.meta.get(_LAST_FAILURE):

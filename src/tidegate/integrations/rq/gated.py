@@ -1,54 +1,67 @@
-"""An RQ job whose body is one downstream call, run through that downstream's gate.
+"""An RQ job whose body is one downstream call, run through the unit lifecycle.
 
-    @gated("customs", max_wait_s=10)
+    @gated("customs", max_wait_s=10, lookup_path="/declarations", required_fields=("key",))
     def lodge(envelope):
         client = DownstreamClient("customs", CUSTOMS_URL, feedback=gate("customs"))
         return client.send("/declarations", envelope, idempotency_key=envelope["key"])
 
     queue.enqueue("myapp.jobs.lodge", envelope)
 
-Around the body: ``gate.slot()`` (rate + concurrency lease + fleet pause). What
-happens when it does not go through is decided by
-:func:`tidegate.delivery.verdict_for`, exactly as for Celery's ``GatedTask``:
+The job goes through :mod:`tidegate.delivery.lifecycle`, exactly as a Celery
+``GatedTask`` does: a malformed unit is dead-lettered with the reason before the gate;
+the delivery ledger skips a unit the downstream already accepted and, when an earlier
+attempt may have landed (ledger ``sending``, a job RQ recovered from a dead worker,
+earlier attempts, a DLQ replay), asks the downstream first (``lookup_path`` or
+``confirm``); the gate (rate + lease + fleet pause) admits the call; a 429 is retried
+in place a few times; a long wait or an unavailable downstream **re-schedules** the
+job in RQ's scheduler (:class:`~tidegate.integrations.rq.engine.RqEngine`); a refusal,
+or attempts exhausted past the horizon, **dead-letters** it with the reason, as an
+``engine: rq`` letter that ``tidegate dlq replay`` enqueues back to its queue; Redis
+unreachable → the exception propagates (RQ cannot do anything either).
 
-- a 429 (the client already paused the whole fleet) → retried in place a few times;
-- the gate cannot admit within ``max_wait_s``, or the downstream is unavailable →
-  the job is **re-scheduled** with ``queue.enqueue_at`` (RQ's scheduled registry: a
-  sorted set in Redis, not worker memory; its whole-second resolution is rounded up)
-  with the attempt count in ``job.meta``;
-  throttling costs no attempt, backoff grows with each unavailable answer;
-- the downstream refused the document, or the attempts are exhausted → the job is
-  **dead-lettered** in tidegate's DLQ with the reason, and finishes;
-- Redis unreachable → the exception propagates (RQ cannot do anything either).
-
-Called outside an RQ job (a test, a script), the body still runs through the gate,
-and anything that would be parked or dead-lettered is raised instead.
+Called outside an RQ job (a test, a script), the body runs through the gate only and
+any failure is raised.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from rq.job import Job, get_current_job
+from rq.job import get_current_job
 
-from tidegate.delivery import Action, RetryPolicy, Verdict, judge_now
+from tidegate.delivery import (
+    LifecyclePolicy,
+    RetryPolicy,
+    Unit,
+    deliver,
+    max_request_s_for,
+)
 from tidegate.flow import Gate
-from tidegate.integrations.rq._runtime import client_for_job, gate_for, prefix
-from tidegate.integrations.rq._serializer import json_queue
-from tidegate.load.dlq import DeadLetter, DeadLetterQueue
-from tidegate.logging import get_logger
+from tidegate.integrations.rq._runtime import (
+    client_for_job,
+    downstream_client,
+    gate_for,
+    stores_for,
+)
+from tidegate.integrations.rq.engine import (
+    ATTEMPT_META,
+    FIRST_FAILED_META,
+    REDELIVERED_META,
+    REPLAY_META,
+    RqEngine,
+    rq_unit,
+)
 
-__all__ = ["ATTEMPT_META", "gate", "gated", "idempotency_key"]
-
-log = get_logger("tidegate.rq")
-
-#: ``job.meta`` key carrying the failed-attempt count across re-scheduling.
-ATTEMPT_META = "tidegate_attempt"
-#: Job meta carrying the unit's first failure (epoch s, fleet clock: Redis TIME).
-FIRST_FAILED_META = "tidegate_first_failed_at"
+__all__ = [
+    "ATTEMPT_META",
+    "FIRST_FAILED_META",
+    "REDELIVERED_META",
+    "REPLAY_META",
+    "gate",
+    "gated",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,65 +72,11 @@ def gate(name: str) -> Gate:
     return gate_for(name)
 
 
-def idempotency_key(job: Job | None, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    """The unit's key: ``kwargs["idempotency_key"]``, an envelope's ``"key"``, or the job id."""
-    if "idempotency_key" in kwargs:
-        return str(kwargs["idempotency_key"])
-    if args and isinstance(args[0], Mapping) and "key" in args[0]:
-        return str(args[0]["key"])
-    return job.id if job is not None else ""
+def _lookup(downstream: str, path: str) -> Callable[[str], bool | None]:
+    def confirm(key: str) -> bool | None:
+        return downstream_client(downstream).lookup(path, idempotency_key=key) is not None
 
-
-def _park(job: Job, verdict: Verdict, first_failed: float | None) -> dict[str, Any]:
-    queue = json_queue(job.origin, job.connection)
-    due = datetime.now(UTC) + timedelta(seconds=verdict.delay_s)
-    if due.microsecond:  # RQ's scheduled registry keeps whole seconds: never come back early
-        due = due.replace(microsecond=0) + timedelta(seconds=1)
-    scheduled = queue.enqueue_at(
-        due,
-        str(job.func_name),
-        args=list(job.args),
-        kwargs=dict(job.kwargs),
-        meta={
-            **job.meta,
-            ATTEMPT_META: verdict.attempt,
-            **({} if first_failed is None else {FIRST_FAILED_META: first_failed}),
-        },
-        job_timeout=job.timeout,
-        failure_ttl=job.failure_ttl,
-    )
-    log.info(
-        "message_parked",
-        job_id=job.id,
-        scheduled_job_id=scheduled.id,
-        task=job.func_name,
-        delay_s=round(verdict.delay_s, 3),
-        reason=verdict.reason,
-        attempt=verdict.attempt,
-    )
-    return {"tidegate": "parked", "reason": verdict.reason, "delay_s": verdict.delay_s}
-
-
-def _dead_letter(job: Job, verdict: Verdict, exc: BaseException) -> dict[str, Any]:
-    envelope = job.args[0] if job.args and isinstance(job.args[0], Mapping) else {}
-    DeadLetterQueue(client_for_job(job.connection), prefix=prefix()).add(
-        DeadLetter(
-            key=idempotency_key(job, job.args, job.kwargs),
-            task=str(job.func_name),
-            reason=verdict.reason,
-            exception=type(exc).__name__,
-            attempts=verdict.attempt,
-            payload={
-                "task": job.func_name,
-                "args": list(job.args),
-                "kwargs": dict(job.kwargs),
-                "queue": job.origin,
-            },
-            bl_number=envelope.get("bl_number"),
-            batch_id=envelope.get("batch_id"),
-        )
-    )
-    return {"tidegate": "dead_lettered", "reason": verdict.reason}
+    return confirm
 
 
 def gated(
@@ -125,50 +84,61 @@ def gated(
     *,
     max_wait_s: float = 10.0,
     retry_policy: RetryPolicy | None = None,
+    skip_delivered: bool = True,
+    lookup_path: str | None = None,
+    confirm: Callable[[str], bool | None] | None = None,
+    required_fields: Sequence[str] = (),
+    check: Callable[[Unit], None] | None = None,
+    max_request_s: float | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R | dict[str, Any]]]:
-    """Run the decorated job's body through gate ``downstream`` (see the module docstring).
+    """Run the decorated job through the unit lifecycle (see the module docstring).
 
     Args:
         downstream: the gate's name (shared with the Celery workers, if any).
         max_wait_s: the longest wait in place before the job is re-scheduled.
-        retry_policy: attempts and backoff against an unavailable downstream.
+        retry_policy: attempts, horizon and backoff against an unavailable downstream.
+        skip_delivered: consult the delivery ledger (skip, reconcile).
+        lookup_path: the downstream's write path, when it answers ``GET <path>/<key>``
+            (at ``TIDEGATE_<DOWNSTREAM>_URL``): how a doubtful unit is confirmed.
+        confirm: instead of ``lookup_path``, ask the downstream yourself: ``True`` it
+            accepted the key, ``False`` it did not, ``None`` it cannot say.
+        required_fields: keys the envelope (the first argument) must have.
+        check: a further malformed-unit check (raises ``MalformedUnit``).
+        max_request_s: how long the downstream may take to finish a request it
+            received; ``None`` reads ``TIDEGATE_<DOWNSTREAM>_MAX_REQUEST_S``.
 
     Returns:
         The decorator. A gated job returns the body's result, or a small dict
-        ``{"tidegate": "parked" | "dead_lettered", "reason": ...}``.
+        ``{"tidegate": "parked" | "dead_lettered" | "already_delivered", ...}``.
     """
     policy = retry_policy or RetryPolicy()
+    confirm = confirm or (_lookup(downstream, lookup_path) if lookup_path else None)
 
     def decorate(func: Callable[P, R]) -> Callable[P, R | dict[str, Any]]:
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | dict[str, Any]:
             job = get_current_job()
-            the_gate = gate_for(downstream, client_for_job(job.connection if job else None))
-            meta = job.meta if job is not None else {}
-            attempt = int(meta.get(ATTEMPT_META, 0))
-            first_failed = meta.get(FIRST_FAILED_META)
-            throttles = 0
-            while True:
-                try:
-                    with the_gate.slot(max_wait=max_wait_s):
-                        return func(*args, **kwargs)
-                except Exception as exc:
-                    verdict, first_failed = judge_now(
-                        the_gate,
-                        exc,
-                        attempt=attempt,
-                        throttles=throttles,
-                        policy=policy,
-                        first_failed_at=first_failed,
-                    )
-                    if verdict.action is Action.RETRY_IN_PLACE:
-                        throttles += 1
-                        continue
-                    if job is None or verdict.action is Action.REQUEUE:
-                        raise
-                    if verdict.action is Action.PARK:
-                        return _park(job, verdict, first_failed)
-                    return _dead_letter(job, verdict, exc)
+            if job is None:
+                with gate_for(downstream, client_for_job()).slot(max_wait=max_wait_s):
+                    return func(*args, **kwargs)
+            lifecycle_policy = LifecyclePolicy(
+                max_wait_s=max_wait_s,
+                retry=policy,
+                skip_delivered=skip_delivered,
+                max_request_s=max_request_s_for(
+                    downstream, max_request_s, f"{func.__name__} max_request_s"
+                ),
+            )
+            engine = RqEngine(
+                job, func, required_fields=required_fields, check=check, confirm=confirm
+            )
+            result: R | dict[str, Any] = deliver(
+                engine,
+                rq_unit(job, downstream, args, kwargs),
+                stores_for(downstream, client_for_job(job.connection)),
+                lifecycle_policy,
+            )
+            return result
 
         wrapper.tidegate_downstream = downstream  # type: ignore[attr-defined]
         return wrapper

@@ -37,7 +37,11 @@ class RqDepthProbe:
             for name in dict.fromkeys(queues):
                 queue = json_queue(name, self.connection)
                 started = StartedJobRegistry(name, connection=self.connection)
-                result[name] = QueueDepth(name, ready=queue.count, unacked=started.count)
+                # Not ``started.count``: that cleans the registry up, and a cleanup
+                # without the workers' exception handlers fails an abandoned job
+                # (a killed worker's) instead of giving it back to its queue.
+                running = started.get_job_count(cleanup=False)
+                result[name] = QueueDepth(name, ready=queue.count, unacked=running)
         return result
 
     def close(self) -> None:

@@ -11,6 +11,11 @@ forked: it is dead-lettered with a typed reason (``ContentRefused``), reported a
 ``rq_job_refused`` event and failed in RQ's ``FailedJobRegistry`` — its bytes are
 never handed to pickle, its function never imported or called.
 
+A job whose work horse was killed mid-job (SIGKILL, the OOM killer), or that a killed
+worker had popped but not started, is run again as a redelivery — one RQ retry, marked so
+that the lifecycle asks the downstream before sending — instead of failing into RQ's
+registry, where tidegate would not see it.
+
 The worker also logs tidegate's events as JSON lines (``TIDEGATE_LOG_LEVEL``) and
 turns off RQ's job-description logging: a description is the call with its
 arguments, that is, the payload.
@@ -26,10 +31,13 @@ from rq.queue import Queue
 from rq.worker import Worker
 
 from tidegate.integrations.rq._serializer import ContentRefused, JsonSerializer, refusal
-from tidegate.integrations.rq.dlq import dead_letter_refused
+from tidegate.integrations.rq.dlq import dead_letter_refused, redeliver
 from tidegate.logging import configure
 
 __all__ = ["JsonWorker"]
+
+#: How RQ's intermediate-queue cleanup fails a job a dead worker had popped, not started.
+_STUCK = "Job was stuck in intermediate queue"
 
 
 class JsonWorker(Worker):
@@ -51,6 +59,33 @@ class JsonWorker(Worker):
             super().execute_job(job, queue)
             return
         self.refuse(job, queue, refused)
+
+    def handle_work_horse_killed(self, job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
+        """The work horse died under the job: RQ fails (or retries) the job right after
+        this; make it a retried redelivery, reconciled before it is sent again."""
+        if refusal(job) is None:
+            redeliver(job, cause="work_horse_killed")
+        super().handle_work_horse_killed(job, retpid, ret_val, rusage)  # type: ignore[no-untyped-call]
+
+    def handle_job_failure(
+        self,
+        job: Job,
+        queue: Queue,
+        started_job_registry: Any = None,
+        exc_string: str = "",
+        execution: Any = None,
+    ) -> None:
+        """RQ fails a job that a dead worker had popped but not started (its
+        intermediate-queue cleanup): make it a retried redelivery instead."""
+        if exc_string.startswith(_STUCK) and refusal(job) is None:
+            redeliver(job, cause="popped_by_dead_worker")
+        super().handle_job_failure(
+            job,
+            queue,
+            started_job_registry=started_job_registry,
+            exc_string=exc_string,
+            execution=execution,
+        )
 
     def refuse(self, job: Job, queue: Queue, refused: ContentRefused) -> None:
         """Dead-letter, report and fail ``job`` without running it.

@@ -1,7 +1,7 @@
 """What happens to a unit when its downstream call does not succeed — decided once.
 
-Celery and RQ integrations both ask :func:`verdict_for` and only carry the verdict out,
-so the rules live in one place:
+The unit lifecycle (:mod:`tidegate.delivery.lifecycle`) asks :func:`judge` and every
+engine only carries the verdict out, so the rules live in one place:
 
 - the gate cannot admit soon (``Throttled``) → **park** until it can; throttling never
   costs a retry attempt;
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -57,24 +56,8 @@ __all__ = [
     "fleet_now_s",
     "judge",
     "judge_now",
-    "unit_key",
     "verdict_for",
 ]
-
-
-def unit_key(args: object, kwargs: object) -> str | None:
-    """A unit's idempotency key from a task's arguments: an ``idempotency_key`` keyword,
-    else the envelope's ``"key"`` (the first positional argument), else None.
-
-    The one rule every engine adapter, the orphan sweep, the dead-letter paths and the
-    reports use, so a unit is known by the same key wherever it is seen.
-    """
-    if isinstance(kwargs, Mapping) and "idempotency_key" in kwargs:
-        return str(kwargs["idempotency_key"])
-    first = args[0] if isinstance(args, list | tuple) and args else None
-    if isinstance(first, Mapping) and "key" in first:
-        return str(first["key"])
-    return None
 
 
 class Action(enum.Enum):

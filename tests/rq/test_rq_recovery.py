@@ -1,0 +1,133 @@
+"""Work an RQ worker was killed under is run again, reconciled, never sent twice.
+
+A killed *work horse* is seen at once by its worker (``JsonWorker``); a killed
+*worker* is found by RQ's started-job registry cleanup (the abandoned-job path, run
+over the whole suite in ``tests/lifecycle``). Either way the job comes back marked
+redelivered, and the lifecycle asks the downstream before sending it again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import pytest
+import redis
+from rq.job import Job, JobStatus
+from rq.registry import FailedJobRegistry
+
+from tidegate.flow import Gate
+from tidegate.integrations.rq import REDELIVERED_META, JsonSerializer, JsonWorker, json_queue
+from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState
+from tidegate.sim import CustomsSim
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout_s}s: {what}")
+
+
+def test_a_killed_work_horse_is_redelivered_and_confirmed_not_sent_twice(
+    redis_client: redis.Redis, prefix: str, rq_queue: str, workers: Callable[..., Any]
+) -> None:
+    """The work horse is SIGKILLed while the gateway holds its call (it has already
+    taken the document): the job is retried as a redelivery, the lookup finds the
+    document, the gateway sees it once and RQ's failed registry stays empty."""
+    Gate(redis_client, "customs", prefix=prefix).configure(rate=100, burst=10)
+    release = threading.Event()
+
+    def held(seconds: float) -> None:
+        if seconds > 0:
+            release.wait(seconds)
+
+    try:
+        with CustomsSim(rate=100, burst=10, sleep=held) as sim:
+            sim.set_stragglers(60, count=1)
+            job = json_queue(rq_queue, redis_client).enqueue(
+                "rq_jobs.lodge", {"key": "horse-1", "type": "VERMAS", "body": "UNH+1+VERMAS'"}
+            )
+            pool = workers({"TIDEGATE_CUSTOMS_URL": sim.url})
+            [worker] = pool.start([rq_queue], burst=False)
+            wait_for(lambda: "horse-1" in sim.accepted_keys(), 60, "the gateway took the call")
+            [horse] = psutil.Process(worker.pid).children()
+            os.kill(horse.pid, signal.SIGKILL)
+            release.set()
+
+            def finished() -> bool:
+                fetched = Job.fetch(job.id, connection=redis_client, serializer=JsonSerializer)
+                return fetched.get_status() == JobStatus.FINISHED
+
+            wait_for(finished, 60, f"the job finished\n{pool.logs()}")
+            done = Job.fetch(job.id, connection=redis_client, serializer=JsonSerializer)
+            assert done.return_value() == {"tidegate": "already_delivered"}
+            assert done.meta[REDELIVERED_META] == 1
+            assert sim.accepted_keys() == ["horse-1"]
+    finally:
+        release.set()
+    assert FailedJobRegistry(rq_queue, connection=redis_client).count == 0
+    ledger = DeliveryLedger(redis_client, prefix=prefix)
+    assert ledger.state("customs", "horse-1") is DeliveryState.DELIVERED
+
+
+def test_a_job_that_cannot_reach_tidegates_redis_stays_in_rq_and_is_delivered_later(
+    redis_client: redis.Redis, prefix: str, rq_queue: str, workers: Callable[..., Any]
+) -> None:
+    """tidegate's Redis is unreachable from the workers (RQ's is fine): nothing can be
+    parked or dead-lettered, so the job goes back to its queue again and again — never
+    to the DLQ, never to RQ's failed registry; once the workers reach it, it is
+    delivered once."""
+    Gate(redis_client, "customs", prefix=prefix).configure(rate=100, burst=10)
+    queue = json_queue(rq_queue, redis_client)
+    with CustomsSim(rate=100, burst=10) as sim:
+        job = queue.enqueue(
+            "rq_jobs.lodge", {"key": "away-1", "type": "VERMAS", "body": "UNH+1+VERMAS'"}
+        )
+        cut_off = workers(
+            {"TIDEGATE_CUSTOMS_URL": sim.url, "TIDEGATE_REDIS_URL": "redis://127.0.0.1:9/0"}
+        )
+        [worker] = cut_off.start([rq_queue], burst=False)
+
+        def retried() -> bool:
+            fetched = Job.fetch(job.id, connection=redis_client, serializer=JsonSerializer)
+            return int(fetched.meta.get("tidegate_failures", 0)) >= 2
+
+        wait_for(retried, 60, f"the job was given back twice\n{cut_off.logs()}")
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=30)
+        assert len(DeadLetterQueue(redis_client, prefix=prefix)) == 0
+        assert FailedJobRegistry(rq_queue, connection=redis_client).count == 0
+        assert sim.accepted_keys() == []
+        pool = workers({"TIDEGATE_CUSTOMS_URL": sim.url})
+        pool.wait(pool.start([rq_queue]), timeout_s=60)
+        assert sim.accepted_keys() == ["away-1"]
+
+
+def test_a_job_a_dead_worker_popped_but_never_started_goes_back_to_its_queue(
+    redis_client: redis.Redis, prefix: str, rq_queue: str, workers: Callable[..., Any]
+) -> None:
+    """RQ's intermediate-queue cleanup fails such a job ("stuck in intermediate
+    queue"), into its own registry where tidegate would never see it; tidegate's
+    worker puts it back on its queue as a redelivery instead."""
+    queue = json_queue(rq_queue, redis_client)
+    job = queue.enqueue("rq_jobs.lodge", {"key": "popped-1", "type": "VERMAS", "body": "x"})
+    # Popped as a worker pops it (into RQ's intermediate list), then the worker died.
+    redis_client.lmove(queue.key, queue.intermediate_queue_key, "RIGHT", "LEFT")
+    worker = JsonWorker([queue], connection=redis_client)
+    worker.handle_job_failure(job, queue, exc_string="Job was stuck in intermediate queue.")
+    again = Job.fetch(job.id, connection=redis_client, serializer=JsonSerializer)
+    assert queue.get_job_ids() == [job.id]
+    assert again.get_status() == JobStatus.QUEUED
+    assert again.meta[REDELIVERED_META] == 1
+    assert FailedJobRegistry(rq_queue, connection=redis_client).count == 0
