@@ -1,9 +1,12 @@
-"""Three engines behind one harness, so one behaviour suite runs over all of them.
+"""Four engines behind one harness, so one behaviour suite runs over all of them.
 
 - ``memory``: the lifecycle's driver with an in-memory engine (``memory_engine.py``)
   and a memory-backed gate; the ledger and the DLQ are the real Redis stores (they
   have no memory twin yet);
 - ``celery``: real ``celery worker`` processes on the Redis broker;
+- ``celery-amqp``: the same Celery harness with RabbitMQ as the broker (a vhost of
+  its own on the session's RabbitMQ, the project's AMQP preset: quorum queues,
+  publisher confirms); Redis still holds the gate, ledger, parking, DLQ and results;
 - ``rq``: real ``rq worker`` processes of tidegate's ``JsonWorker``.
 
 Every engine delivers to a real customs sim on loopback and shares tidegate's Redis
@@ -42,6 +45,7 @@ from tidegate.integrations.rq import JsonSerializer, dead_letter_handler, json_q
 from tidegate.integrations.rq.engine import ATTEMPT_META, FIRST_FAILED_META
 from tidegate.load import DeadLetterQueue, DeliveryLedger, ParkingLot
 from tidegate.load.replay import replay_dead_letters
+from tidegate.ops.run_broker import AmqpRunBroker, open_amqp_broker
 from tidegate.sim import CustomsSim
 
 HERE = Path(__file__).parent
@@ -50,7 +54,7 @@ sys.path.insert(0, str(HERE))
 from lifecycle_jobs import LOOKUP, MAX_WAIT_S, POLICY, REQUIRED  # noqa: E402
 from memory_engine import MemoryEngine, WorkerKilled, unit_of, unit_of_letter  # noqa: E402
 
-ENGINES = ("memory", "celery", "rq")
+ENGINES = ("memory", "celery", "celery-amqp", "rq")
 #: How long a real worker may take to settle one unit (2 shared CPUs, cold imports).
 SETTLE_S = 90.0
 
@@ -195,10 +199,11 @@ class _Processes:
                 proc.wait()
 
 
-def _cli_replay(redis_url: str, prefix: str) -> None:
+def _cli_replay(redis_url: str, prefix: str, broker_url: str | None = None) -> None:
+    broker = ["--broker-url", broker_url] if broker_url else []
     result = CliRunner().invoke(
         cli,
-        ["dlq", "replay", "--prefix", prefix, "--rate", "100"],
+        ["dlq", "replay", "--prefix", prefix, "--rate", "100", *broker],
         env={"TIDEGATE_REDIS_URL": redis_url},
     )
     assert result.exit_code == 0, result.output
@@ -206,12 +211,28 @@ def _cli_replay(redis_url: str, prefix: str) -> None:
 
 
 class CeleryHarness:
+    """Real Celery workers; on Redis as the broker, or on a RabbitMQ vhost (``amqp``).
+
+    The engine's name is ``celery`` on either broker (it is what a dead letter records);
+    only the way a killed worker's message comes back differs (``_recovered``).
+    """
+
     name = "celery"
 
     def __init__(
-        self, redis_url: str, client: redis.Redis, prefix: str, sim: CustomsSim, log_dir: Path
+        self,
+        redis_url: str,
+        client: redis.Redis,
+        prefix: str,
+        sim: CustomsSim,
+        log_dir: Path,
+        *,
+        amqp: AmqpRunBroker | None = None,
     ) -> None:
         self.url, self.client, self.prefix = redis_url, client, prefix
+        self.amqp = amqp
+        broker_url = amqp.url if amqp is not None else redis_url
+        self.broker_url = broker_url
         self.queue = f"{prefix}-lifecycle"
         self.gate = Gate(client, "customs", prefix=prefix)
         self.gate.configure(rate=100, burst=10)
@@ -222,11 +243,13 @@ class CeleryHarness:
                 "TIDEGATE_PREFIX": prefix,
                 "TIDEGATE_CUSTOMS_URL": sim.url,
                 "LIFECYCLE_QUEUE": self.queue,
+                **({"TIDEGATE_BROKER_URL": broker_url} if amqp is not None else {}),
             },
             log_dir,
         )
-        producer = Celery("lifecycle-test", broker=redis_url, backend=redis_url)
-        producer.conf.broker_transport_options = {"visibility_timeout": 10}
+        producer = Celery("lifecycle-test", broker=broker_url, backend=redis_url)
+        if amqp is None:
+            producer.conf.broker_transport_options = {"visibility_timeout": 10}
         preset = CeleryPreset(
             soft_time_limit_s=4, hard_time_limit_s=5, queues=(self.queue,), routes={}
         )
@@ -268,13 +291,37 @@ class CeleryHarness:
         assert self.worker is not None
         self.workers.kill(self.worker)
         release.set()
-        self._start()  # the message comes back once its visibility timeout passed
+        self._recovered()
+        self._start()
         return result.get(timeout=SETTLE_S, propagate=True)
+
+    def _recovered(self) -> None:
+        """How the killed worker's message comes back: the broker's own mechanism.
+
+        On Redis it stays in kombu's ``unacked`` hash until its visibility timeout
+        passed, and the next worker's restore sweep puts it back. RabbitMQ requeues
+        an unacknowledged delivery as soon as the consumer's connection closes — the
+        message is ready again (to be redelivered with ``redelivered=True``) before any
+        worker runs.
+        """
+        if self.amqp is None:
+            return
+        from tidegate.load.depth import AmqpDepthProbe
+
+        probe = AmqpDepthProbe(self.amqp.url, management_url=self.amqp.management_url)
+        try:
+            wait_for(
+                lambda: probe.sample([self.queue])[self.queue].ready == 1,
+                SETTLE_S,
+                "RabbitMQ requeued the killed worker's delivery",
+            )
+        finally:
+            probe.close()
 
     def replay(self, key: str) -> None:
         if self.worker is None:
             self._start()
-        _cli_replay(self.url, self.prefix)
+        _cli_replay(self.url, self.prefix, self.broker_url if self.amqp is not None else None)
         wait_for(lambda: self.dlq.get(key) is None, SETTLE_S, "the replayed letter resolved")
 
     def parked(self) -> list[str]:
@@ -286,6 +333,8 @@ class CeleryHarness:
     def close(self) -> None:
         self.workers.stop()
         self.producer.close()
+        if self.amqp is not None:
+            self.amqp.close()  # deletes the vhost: its queues and any message left
 
 
 class RqHarness:
@@ -397,6 +446,18 @@ def engine(  # noqa: PLR0917 - pytest passes fixtures positionally
         harness = MemoryHarness(redis_client, prefix, sim)
     elif request.param == "celery":
         harness = CeleryHarness(redis_url, redis_client, prefix, sim, tmp_path)
+    elif request.param == "celery-amqp":
+        # The session's RabbitMQ (skips locally, fails under CI=true when it is missing),
+        # and a vhost of this test's own on it.
+        amqp = open_amqp_broker(
+            request.getfixturevalue("rabbitmq_url"),
+            management_url=request.getfixturevalue("rabbitmq_management_url"),
+        )
+        try:
+            harness = CeleryHarness(redis_url, redis_client, prefix, sim, tmp_path, amqp=amqp)
+        except BaseException:
+            amqp.close()
+            raise
     else:
         harness = RqHarness(redis_url, redis_client, prefix, sim, tmp_path)
     harness._sim_keys = sim.accepted_keys

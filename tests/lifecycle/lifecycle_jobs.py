@@ -2,8 +2,9 @@
 
 Real worker processes import this module (its directory is on their PYTHONPATH);
 configuration comes from their environment, as in production: ``TIDEGATE_REDIS_URL``,
-``TIDEGATE_PREFIX``, ``TIDEGATE_CUSTOMS_URL``, and ``LIFECYCLE_QUEUE`` (the test's
-queue). Both bodies are the same call; everything around them is the one lifecycle.
+``TIDEGATE_PREFIX``, ``TIDEGATE_CUSTOMS_URL``, ``LIFECYCLE_QUEUE`` (the test's queue)
+and, for the Celery engine on RabbitMQ, ``TIDEGATE_BROKER_URL`` (the test's vhost).
+Both bodies are the same call; everything around them is the one lifecycle.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from celery import Celery
 from tidegate.delivery import RetryPolicy
 from tidegate.downstream import DownstreamClient, PauseFeedback
 from tidegate.integrations.celery import CeleryPreset, GatedTask, configure
+from tidegate.integrations.celery.amqp_topology import is_amqp_url
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.integrations.rq import gate, gated
 
@@ -38,17 +40,21 @@ def send(envelope: Mapping[str, Any], feedback: PauseFeedback) -> dict[str, Any]
 
 
 def celery_app() -> Celery:
-    """A Celery app on the Redis broker, with the safe preset and one queue."""
+    """A Celery app with the safe preset and one queue, on the Redis broker unless
+    ``TIDEGATE_BROKER_URL`` names another (RabbitMQ); results stay on Redis."""
     queue = os.environ.get("LIFECYCLE_QUEUE", "lifecycle")
     url = os.environ.get("TIDEGATE_REDIS_URL", "redis://127.0.0.1:6379/0")
-    app = Celery("lifecycle", broker=url, backend=url, set_as_current=False)
-    # A killed worker's message comes back 10 s after its delivery (the hard limit is
-    # 5 s), found by a sweep of the unacked messages every second.
-    app.conf.broker_transport_options = {
-        "visibility_timeout": 10,
-        "unacked_restore_interval": 1,
-        "unacked_restore_throttle": 1,
-    }
+    broker = os.environ.get("TIDEGATE_BROKER_URL") or url
+    app = Celery("lifecycle", broker=broker, backend=url, set_as_current=False)
+    if not is_amqp_url(broker):
+        # A killed worker's message comes back 10 s after its delivery (the hard limit
+        # is 5 s), found by a sweep of the unacked messages every second. RabbitMQ
+        # needs neither: it requeues a delivery when its consumer's connection closes.
+        app.conf.broker_transport_options = {
+            "visibility_timeout": 10,
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        }
     preset = CeleryPreset(
         soft_time_limit_s=4,
         hard_time_limit_s=5,
