@@ -126,7 +126,7 @@ def fill(client: redis.Redis, prefix: str, gates: int) -> list[str]:
     points = [
         Point(
             now - 900_000 + i * 5000,
-            dict.fromkeys(names, (now - 900000 + i * 5000 + 500, 2.0, 4)),
+            dict.fromkeys(names, (now - 900000 + i * 5000 + 500, 2.0, 4, None)),
             dict.fromkeys(QUEUES, (100 + i, 1500, 300)),
         )
         for i in range(180)

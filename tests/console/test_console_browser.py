@@ -385,7 +385,7 @@ def _vessel_history(client: redis.Redis, prefix: str, now_ms: float) -> None:
         points.append(
             Point(
                 t,
-                {"customs": (customs, 2.0, 4), "tos": (tos, 5.0, 10)},
+                {"customs": (customs, 2.0, 4, None), "tos": (tos, 5.0, 10, None)},
                 {"edi.customs": (depth, 1500, 300), "edi.tos": (40 + i % 7, 1000, 200)},
             )
         )

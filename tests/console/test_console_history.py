@@ -13,6 +13,7 @@ from tidegate.console.charts import Line, line_chart
 from tidegate.console.history import (
     Point,
     admitted_per_s,
+    counted_per_s,
     gate_series,
     points_from_ring,
     queue_series,
@@ -23,6 +24,7 @@ from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.load.depth import QueueDepth
 from tidegate.load.watermarks import BoardEntry, LoadBoard, LoadState, Watermarks
+from tidegate.settings import GatePolicy
 
 T0 = 1_800_000_000_000.0
 
@@ -46,7 +48,7 @@ def _points() -> list[Point]:
     return [
         Point(
             T0 + i * 5000,
-            {"customs": (T0 + i * 5000 + 200, 10.0, 3)},
+            {"customs": (T0 + i * 5000 + 200, 10.0, 3, None)},
             {"edi.customs": (1000 - 100 * i, 800, 200)},
         )
         for i in range(4)
@@ -71,7 +73,25 @@ def test_the_ring_is_read_oldest_first_within_the_window() -> None:
     old = Point(T0 - 1_000_000, {}, {}).to_json()
     points = points_from_ring([*raws, old], now_ms=T0 + 15000, keep_s=900)
     assert [p.t_ms for p in points] == [T0, T0 + 5000, T0 + 10000, T0 + 15000]
-    assert points[0].gates["customs"] == (T0 + 200, 10.0, 3)
+    assert points[0].gates["customs"] == (T0 + 200, 10.0, 3, None)
+
+
+def test_counted_points_chart_the_counter_and_old_points_the_estimate() -> None:
+    """Issue #17: with the counter in both points the chart is its delta over the
+    interval — 12 in 5 s is 2.4/s although the TAT (behind the clock: tokens to spare)
+    would read 0. A pair with an old three-element point keeps the estimate; a counter
+    that went backwards (key deleted) gives no value rather than a negative rate."""
+    legacy = Point.from_json('{"t": %r, "g": {"customs": [null, 10.0, 3]}}' % (T0 - 5000))
+    assert legacy.gates["customs"] == (None, 10.0, 3, None)
+    points = [
+        legacy,
+        Point(T0, {"customs": (T0 - 9000, 10.0, 3, 100)}, {}),
+        Point(T0 + 5000, {"customs": (T0 - 1000, 10.0, 3, 112)}, {}),
+        Point(T0 + 10000, {"customs": (T0 + 9000, 10.0, 3, 5)}, {}),
+    ]
+    (series,) = gate_series(points)
+    assert series.admitted == [(T0, 0.0), (T0 + 5000, pytest.approx(2.4))]
+    assert counted_per_s((7, T0), (7, T0)) is None
 
 
 def test_the_svg_draws_each_line_and_escapes_its_title() -> None:
@@ -136,7 +156,7 @@ def test_consoles_take_turns_one_point_per_period(redis_client: redis.Redis, pre
     assert sum(point is not None for point in stored) == 1
     assert redis_client.llen(history_key(prefix)) == 1
     point = next(p for p in stored if p is not None)
-    assert point.gates["customs"][1:] == (50.0, 5)
+    assert point.gates["customs"][1:] == (50.0, 5, 0)  # nothing admitted yet
     assert point.queues["edi.customs"] == (1234, 1000, 200)
 
 
@@ -229,3 +249,32 @@ def test_a_sampler_that_loses_its_turn_costs_one_round_trip(
     round_trips.reset()
     assert second.tick() is None
     assert len(round_trips) == 1
+
+
+@pytest.mark.redis
+def test_a_gate_with_tokens_to_spare_charts_its_true_rate(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    """Issue #17: a gate far below its limit (1000/s, a full bucket) admits 3 permits
+    costing 1 + 4 + 2 between two points; the chart shows 7 over the points' own
+    interval. Read off the TAT this reads low: its slots lie behind the second look."""
+    policy = GatePolicy(rate=1000.0, burst=1000)
+    gate = Gate(redis_client, "customs", prefix=prefix, policy=policy)
+    gate.configure(rate=1000.0, burst=1000)  # where the sampler reads the limit
+    sampler = HistorySampler(redis_client, prefix=prefix, gates=lambda: ["customs"])
+
+    def sample() -> Point:
+        redis_client.delete(f"{history_key(prefix)}:turn")
+        point = sampler.tick()
+        assert point is not None
+        return point
+
+    first = sample()
+    for n in (1, 4, 2):
+        with gate.acquire(n):
+            pass
+    second = sample()
+    (series,) = gate_series([first, second])
+    ((t, value),) = series.admitted
+    assert t == second.t_ms
+    assert value == pytest.approx(7 / ((second.t_ms - first.t_ms) / 1000.0), rel=1e-9)

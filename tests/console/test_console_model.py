@@ -21,9 +21,11 @@ def test_gate_row_from_the_snapshot_replies() -> None:
         {b"until_ms": str(NOW_MS + 30_000).encode(), b"reason": b"429"},
         2,
         None,
+        None,
         {},
         {b"until_ms": str(NOW_MS - 1).encode(), b"reason": b"old"},
         0,
+        None,
         None,
         TIME,
     ]
@@ -43,7 +45,7 @@ def test_gate_row_from_the_snapshot_replies() -> None:
 
 def test_tokens_follow_the_bucket() -> None:
     """A TAT one interval ahead of now costs one token of the burst."""
-    replies = [{b"rate": b"2", b"burst": b"5"}, {}, 0, str(NOW_MS + 500).encode(), TIME]
+    replies = [{b"rate": b"2", b"burst": b"5"}, {}, 0, str(NOW_MS + 500).encode(), b"7", TIME]
     (row,) = gate_rows(["customs"], replies)
     assert row.tokens == 4
 

@@ -4,23 +4,23 @@ One *point* is what the console's sampler (:mod:`tidegate.console.sampler`) saw 
 one instant, stored as compact JSON in a bounded Redis list::
 
     {"t": 1764630000123.4,                          # Redis TIME, ms since the epoch
-     "g": {"customs": [tat_ms or null, rate, burst]},
+     "g": {"customs": [tat_ms or null, rate, burst, admitted or null]},
      "q": {"edi.customs": [depth, hwm, lwm]}}
 
-Admissions per second are not counted anywhere in the gate (its hot path stays three
-Redis calls), so they are read off the gate's own schedule: every admission moves the
-GCRA theoretical arrival time (TAT) on by ``1000 / rate`` ms, from ``max(TAT, now)``.
-Between two looks at ``t₁`` and ``t₂``:
+Admissions per second are counted, not guessed: the gate's script adds each admitted
+request's cost to a per-gate counter in the same call (``gate_acquire.lua``, KEYS[5];
+no extra round trip), reserved future slots included, refusals not. Between two
+points the chart shows ``(admitted₂ − admitted₁) / (t₂ − t₁)`` — exact whether the
+gate is at its limit or has tokens to spare.
 
-- busy at the first look (``TAT₁ ≥ t₁``): ``(TAT₂ − TAT₁) / (1000 / rate)`` admissions —
-  exact while the gate stays busy, as it does through a burst; if traffic stopped and
-  started again within the period, the gap counts as admissions (high by at most the
-  gap × rate);
-- idle at the first look: only the slots reserved beyond the second look are certain,
-  ``(TAT₂ − t₂) / (1000 / rate)`` — low at the start of a busy spell (the next period is
-  exact again), and low, down to zero, whenever the gate has tokens to spare (below its
-  limit, calls spaced out) — never the limit by mistake. A counter of admissions in the
-  gate's script would make this exact; it is not there (the hot path stays three calls).
+Points written before the counter existed (three-element gate entries) — or a pair
+across which the counter went backwards (its key was deleted) — fall back to the old
+estimate read off the gate's schedule, :func:`admitted_per_s`: every admission moves the
+GCRA theoretical arrival time (TAT) on by ``1000 / rate`` ms from ``max(TAT, now)``, so
+``(TAT₂ − TAT₁) / (1000 / rate)`` when busy at the first look, and only the slots
+reserved beyond the second look, ``(TAT₂ − t₂) / (1000 / rate)``, when idle — low,
+down to zero, whenever the gate has tokens to spare. That fallback only lasts until the
+ring has turned over once (15 minutes after the upgrade).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ __all__ = [
     "Point",
     "QueueSeries",
     "admitted_per_s",
+    "counted_per_s",
     "gate_series",
     "point_from_replies",
     "points_from_ring",
@@ -53,17 +54,18 @@ DEFAULT_KEEP_S = 900.0
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One sample: the gates' schedule and limit, the queues' depth and marks."""
+    """One sample: the gates' schedule, limit and admissions counter (``None`` in a
+    point written before the counter existed), the queues' depth and marks."""
 
     t_ms: float
-    gates: Mapping[str, tuple[float | None, float, int]]
+    gates: Mapping[str, tuple[float | None, float, int, int | None]]
     queues: Mapping[str, tuple[int, int, int]]
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "t": round(self.t_ms, 1),
-                "g": {k: [v[0], v[1], v[2]] for k, v in self.gates.items()},
+                "g": {k: [v[0], v[1], v[2], v[3]] for k, v in self.gates.items()},
                 "q": {k: list(v) for k, v in self.queues.items()},
             },
             separators=(",", ":"),
@@ -75,7 +77,12 @@ class Point:
         return cls(
             float(data["t"]),
             {
-                k: (None if v[0] is None else float(v[0]), float(v[1]), int(v[2]))
+                k: (
+                    None if v[0] is None else float(v[0]),
+                    float(v[1]),
+                    int(v[2]),
+                    int(v[3]) if len(v) > 3 and v[3] is not None else None,
+                )
                 for k, v in data.get("g", {}).items()
             },
             {k: (int(v[0]), int(v[1]), int(v[2])) for k, v in data.get("q", {}).items()},
@@ -99,8 +106,9 @@ def points_from_ring(raws: Sequence[bytes | str], *, now_ms: float, keep_s: floa
 def admitted_per_s(
     before: tuple[float | None, float], after: tuple[float | None, float], rate: float
 ) -> float | None:
-    """Admissions per second between two ``(tat_ms, t_ms)`` looks at one gate (see the
-    module docstring for when it is exact).
+    """The estimate for points without a counter: admissions per second between two
+    ``(tat_ms, t_ms)`` looks at one gate, read off its schedule (see the module
+    docstring for when it reads low).
 
     ``None`` when the gate has no rate (its TAT does not move) or no time passed.
     """
@@ -112,6 +120,25 @@ def admitted_per_s(
     start = tat1 if tat1 is not None and tat1 >= t1 else t2
     tokens = max(0.0, tat2 - start) / (1000.0 / rate)
     return tokens / ((t2 - t1) / 1000.0)
+
+
+def counted_per_s(before: tuple[int, float], after: tuple[int, float]) -> float | None:
+    """Admissions per second between two ``(admitted_total, t_ms)`` looks: the counter's
+    delta over the time between them. ``None`` when no time passed or the counter went
+    backwards (its key was deleted: the delta is not a count)."""
+    (n1, t1), (n2, t2) = before, after
+    if t2 <= t1 or n2 < n1:
+        return None
+    return (n2 - n1) / ((t2 - t1) / 1000.0)
+
+
+def _pair_per_s(older: Point, newer: Point, name: str) -> float | None:
+    tat1, _, _, n1 = older.gates[name]
+    tat2, rate, _, n2 = newer.gates[name]
+    if n1 is not None and n2 is not None and rate > 0 and math.isfinite(rate):
+        # A gate without a rate has no limit line to chart against (as before).
+        return counted_per_s((n1, older.t_ms), (n2, newer.t_ms))
+    return admitted_per_s((tat1, older.t_ms), (tat2, newer.t_ms), rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +174,10 @@ def gate_series(points: Sequence[Point]) -> list[GateSeries]:
         for older, newer in itertools.pairwise(points):
             if name not in older.gates or name not in newer.gates:
                 continue
-            tat2, rate, _ = newer.gates[name]
-            value = admitted_per_s((older.gates[name][0], older.t_ms), (tat2, newer.t_ms), rate)
+            value = _pair_per_s(older, newer, name)
             if value is not None:
                 admitted.append((newer.t_ms, value))
-                limit.append((newer.t_ms, rate))
+                limit.append((newer.t_ms, newer.gates[name][1]))
         out.append(GateSeries(name, admitted, limit))
     return out
 
@@ -181,7 +207,7 @@ def point_from_replies(
     env: Mapping[str, str] | None = None,
 ) -> Point:
     """A point from the sampler's one round trip: the gates view's replies
-    (``[config, pause, leases, tat] × names + [TIME]``, see
+    (``[config, pause, leases, tat, admitted] × names + [TIME]``, see
     :func:`~tidegate.console.model.gate_rows`) and the load board's ``HGETALL``.
 
     A queue whose board entry is stale (its monitor stopped) is left out: a chart
@@ -191,8 +217,13 @@ def point_from_replies(
     now_ms = now_ms_of(gate_replies[-1])
     gates = {}
     for index, row in enumerate(rows):
-        tat = gate_replies[index * GATE_REPLIES + GATE_REPLIES - 1]
-        gates[row.name] = (None if tat is None else float(tat), row.rate, row.burst)
+        tat, admitted = gate_replies[index * GATE_REPLIES + 3 : (index + 1) * GATE_REPLIES]
+        gates[row.name] = (
+            None if tat is None else float(tat),
+            row.rate,
+            row.burst,
+            0 if admitted is None else int(admitted),
+        )
     queues = {}
     for raw in board.values():
         entry = BoardEntry.from_json(raw, now_ms)

@@ -48,6 +48,7 @@ class _Gate:
     pause_reason: str | None = None
     leases: int = 0
     tat_ms: float | None = None
+    admitted: int = 0
 
 
 def _bytes_map(values: Mapping[str, Any]) -> dict[bytes, bytes]:
@@ -121,6 +122,7 @@ class MemoryReads:
             now = self.clock.now_ms()
             if rate > 0:
                 gate.tat_ms = max(gate.tat_ms or now, now) + count * 1000.0 / rate
+            gate.admitted += count
 
     def publish(self, entries: Iterable[BoardEntry]) -> None:
         """The monitor's board, as ``LoadBoard.publish`` writes it."""
@@ -183,6 +185,7 @@ class MemoryReads:
                     _bytes_map(pause),
                     gate.leases,
                     None if tat is None else repr(tat).encode(),
+                    str(gate.admitted).encode() if gate.admitted else None,
                 ]
         replies.append(self._time())
         return replies

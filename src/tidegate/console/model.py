@@ -38,8 +38,8 @@ __all__ = [
     "queue_rows",
 ]
 
-#: Replies per gate in the gates pipeline: config, pause, leases, TAT.
-GATE_REPLIES = 4
+#: Replies per gate in the gates pipeline: config, pause, leases, TAT, admitted.
+GATE_REPLIES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ def now_ms_of(time_reply: Sequence[Any]) -> float:
 def gate_rows(
     names: Sequence[str], replies: Sequence[Any], *, env: Mapping[str, str] | None = None
 ) -> list[GateRow]:
-    """Rows from ``[config, pause, leases, tat] × names + [TIME]``.
+    """Rows from ``[config, pause, leases, tat, admitted] × names + [TIME]``.
 
     The policy maths is the gate's own (:class:`~tidegate.flow.GateState`), fed with
     the same snapshot ``Gate.state()`` reads, so the page and ``tidegate gate show``
@@ -101,7 +101,9 @@ def gate_rows(
     now_ms = now_ms_of(replies[-1])
     rows = []
     for index, name in enumerate(names):
-        config, pause, held, tat = replies[index * GATE_REPLIES : (index + 1) * GATE_REPLIES]
+        config, pause, held, tat, admitted = replies[
+            index * GATE_REPLIES : (index + 1) * GATE_REPLIES
+        ]
         until = pause.get(b"until_ms")
         snapshot = GateSnapshot(
             config={k.decode(): float(v) for k, v in config.items()},
@@ -110,6 +112,7 @@ def gate_rows(
             leases_held=int(held),
             tat_ms=float(tat) if tat is not None else None,
             now_ms=now_ms,
+            admitted_total=int(admitted) if admitted is not None else 0,
         )
         rows.append(GateRow.from_state(_state(name, gate_policy_from_env(name, env), snapshot)))
     return rows

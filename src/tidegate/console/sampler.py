@@ -47,7 +47,8 @@ def queue_board_key(prefix: str) -> str:
 
 
 def queue_gate_commands(pipe: redis.client.Pipeline, names: Sequence[str], prefix: str) -> None:
-    """Queue the gates view's commands on ``pipe``: ``[config, pause, leases, tat]`` per
+    """Queue the gates view's commands on ``pipe``: ``[config, pause, leases, tat,
+    admitted]`` per
     gate (the layout :func:`~tidegate.console.model.gate_rows` reads)."""
     for name in names:
         keys = GateKeys.build(name, prefix=prefix)
@@ -55,6 +56,7 @@ def queue_gate_commands(pipe: redis.client.Pipeline, names: Sequence[str], prefi
         pipe.hgetall(keys.pause)
         pipe.zcard(keys.leases)
         pipe.get(keys.tat)
+        pipe.get(keys.admitted)
 
 
 class HistorySampler:

@@ -314,6 +314,10 @@ class Gate(SyncControl):
         """Whether the backend holds live config, a pause, leases or a bucket for this gate."""
         return _in_use(self.backend.snapshot(self.limit.keys))
 
+    def admitted_total(self) -> int:
+        """Tokens admitted so far, fleet-wide (a monotonic counter: take deltas for a rate)."""
+        return self.backend.snapshot(self.limit.keys).admitted_total
+
 
 class AsyncGate(AsyncControl):
     """The asyncio twin of :class:`Gate`."""
@@ -378,3 +382,7 @@ class AsyncGate(AsyncControl):
     async def in_use(self) -> bool:
         """Whether the backend holds live config, a pause, leases or a bucket for this gate."""
         return _in_use(await self.backend.snapshot(self.limit.keys))
+
+    async def admitted_total(self) -> int:
+        """Tokens admitted so far, fleet-wide (a monotonic counter: take deltas for a rate)."""
+        return (await self.backend.snapshot(self.limit.keys)).admitted_total

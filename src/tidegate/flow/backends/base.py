@@ -60,6 +60,7 @@ class GateKeys:
     pause: str
     config: str
     released: str
+    admitted: str
 
     @classmethod
     def build(cls, name: str, *, kind: str = "gate", prefix: str = DEFAULT_PREFIX) -> GateKeys:
@@ -71,11 +72,12 @@ class GateKeys:
             pause=f"{base}:pause",
             config=f"{base}:config",
             released=f"{base}:released",
+            admitted=f"{base}:admitted",
         )
 
     def as_list(self) -> list[str]:
-        """The four keys the admission script takes, in KEYS order."""
-        return [self.tat, self.leases, self.pause, self.config]
+        """The five keys the admission script takes, in KEYS order."""
+        return [self.tat, self.leases, self.pause, self.config, self.admitted]
 
 
 class AcquireParams(NamedTuple):
@@ -129,6 +131,9 @@ class GateSnapshot:
     leases_held: int
     tat_ms: float | None
     now_ms: float
+    #: Tokens admitted so far through the gate's script (a monotonic counter; the
+    #: rate-only path of a plain rate limiter does not count). Take deltas.
+    admitted_total: int = 0
 
 
 @runtime_checkable

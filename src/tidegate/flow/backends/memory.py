@@ -61,6 +61,7 @@ class _Limit:
     paused_until_ms: float | None = None
     pause_reason: str | None = None
     config: dict[str, float] = field(default_factory=dict)
+    admitted: int = 0
 
 
 def _wall_ms() -> float:
@@ -124,6 +125,7 @@ class MemoryBackend:
         if cap > 0:
             limit.leases[p.holder] = now + wait + lease_ms
             remaining = free if remaining < 0 else min(free, remaining)
+        limit.admitted += p.cost
         return AcquireResult(Status.ADMITTED, wait, remaining, reclaimed, cap > 0, now)
 
     def release(self, keys: GateKeys, holder: str, *, wake_cap: int) -> bool:
@@ -181,6 +183,7 @@ class MemoryBackend:
                 leases_held=sum(1 for exp in limit.leases.values() if exp >= now),
                 tat_ms=limit.tat_ms,
                 now_ms=now,
+                admitted_total=limit.admitted,
             )
 
     def sleep(self, seconds: float) -> None:

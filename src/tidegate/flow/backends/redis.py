@@ -68,7 +68,7 @@ def _rate_only(p: AcquireParams) -> bool:
 
 
 #: Where ``now`` sits in each command (after EVALSHA, sha, numkeys and the keys).
-_NOW_AT = {9: 4, 16: 7}
+_NOW_AT = {9: 4, 17: 8}
 
 
 def _bulk(arg: bytes) -> bytes:
@@ -122,7 +122,7 @@ def _encoded(keys: GateKeys, p: AcquireParams) -> _Request:
         args = (
             "EVALSHA",
             _SHA[_GATE],
-            4,
+            5,
             *keys.as_list(),
             "",
             p.cost,
@@ -177,8 +177,9 @@ def _decode(raw: Sequence[int]) -> AcquireResult:
 
 
 def _snapshot(results: list[Any], clock: ManualClock | None) -> GateSnapshot:
-    """Build a snapshot from the pipeline [HGETALL config, HGETALL pause, ZCARD, GET, TIME]."""
-    config, pause, held, tat, now = results
+    """Build a snapshot from the pipeline [HGETALL config, HGETALL pause, ZCARD, GET tat,
+    GET admitted, TIME]."""
+    config, pause, held, tat, admitted, now = results
     seconds, micros = now
     now_ms = clock.now_ms() if clock is not None else int(seconds) * 1000 + int(micros) / 1000
     until = pause.get(b"until_ms")
@@ -190,6 +191,7 @@ def _snapshot(results: list[Any], clock: ManualClock | None) -> GateSnapshot:
         leases_held=held,
         tat_ms=float(tat) if tat is not None else None,
         now_ms=now_ms,
+        admitted_total=int(admitted) if admitted is not None else 0,
     )
 
 
@@ -338,6 +340,7 @@ class RedisBackend(_Requests):
             pipe.hgetall(keys.pause)
             pipe.zcard(keys.leases)
             pipe.get(keys.tat)
+            pipe.get(keys.admitted)
             pipe.time()
             results = pipe.execute()
         return _snapshot(results, self.clock)
@@ -418,6 +421,7 @@ class AsyncRedisBackend(_Requests):
             pipe.hgetall(keys.pause)
             pipe.zcard(keys.leases)
             pipe.get(keys.tat)
+            pipe.get(keys.admitted)
             pipe.time()
             results = await pipe.execute()
         return _snapshot(results, self.clock)

@@ -9,6 +9,9 @@
 -- KEYS[2]  leases   zset    member = holder id, score = lease expiry (ms since epoch)
 -- KEYS[3]  pause    hash    until_ms (ms since epoch), reason
 -- KEYS[4]  config   hash    live overrides: rate, burst, concurrency, lease_ms
+-- KEYS[5]  admitted string  admissions so far, in tokens (sum of admitted costs, reserved
+--                           future slots included); monotonic, no expiry: readers take
+--                           deltas (the console's admitted/s chart)
 --
 -- ARGV[1]  now_ms       current time in ms since epoch; "" = use Redis TIME (fleet clock)
 -- ARGV[2]  cost         tokens this request takes (integer >= 1)
@@ -19,6 +22,9 @@
 -- ARGV[7]  max_wait_ms  furthest ahead a slot may be reserved, ms; "0" = admit only now
 -- ARGV[8]  holder       lease holder id (unique per acquisition); "" when no cap
 -- ARGV[9]  flags        "p" check pause, "c" read config hash (e.g. "pc"; "" = neither)
+--
+-- Every admission adds its cost to KEYS[5] (one INCRBY in this same call); refusals
+-- add nothing.
 --
 -- Returns {status, wait_us, remaining, reclaimed, leased, now_us} as integers:
 --   status  0 admitted: sleep wait_us, then go; the lease (if capped) is held
@@ -94,7 +100,9 @@ if cap > 0 then
   -- reported as reclaimed) by the next admission rather than vanishing with the key.
   redis.call("PEXPIRE", KEYS[2], math.ceil(tonumber(last[2]) - now) + 60000)
   if remaining < 0 or free < remaining then remaining = free end
+  redis.call("INCRBY", KEYS[5], cost)
   return {0, us(wait), remaining, reclaimed, 1, now_us}
 end
 
+redis.call("INCRBY", KEYS[5], cost)
 return {0, us(wait), remaining, reclaimed, 0, now_us}
