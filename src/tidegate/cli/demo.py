@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tidegate._redis import unwritable_cause
+from tidegate._redis import client_from_url, unwritable_cause
 from tidegate.cli._common import TidegateCLIError
 from tidegate.cli._output import console as make_console
 from tidegate.cli._output import print_table
@@ -404,7 +405,7 @@ def demo(
     except BrokerUnreachable as exc:
         raise TidegateCLIError(str(exc)) from None
     except Exception as exc:
-        cause = _refused_write(exc)
+        cause = _refused_write(exc) or _redis_refuses_writes()
         if cause is None:
             raise
         raise TidegateCLIError(_UNWRITABLE_HINTS.get(cause, _UNWRITABLE_HINTS["oom"])) from None
@@ -422,6 +423,23 @@ _UNWRITABLE_HINTS = {
     "misconf": "Redis is unavailable for writes: it cannot save its snapshot (MISCONF). "
     "Fix its disk or persistence settings.",
 }
+
+
+def _redis_refuses_writes() -> str | None:
+    """Why ``REDIS_URL`` refuses writes now, or ``None`` (unset, unreachable, or fine).
+
+    A run can fail before any of its own writes does: on a Redis already full, the
+    workers cannot even register with the broker, so the fleet never reports ready.
+    One probe write (a key that expires at once) tells that case apart from a real bug.
+    """
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return None
+    try:
+        client_from_url(url).set("tidegate:demo:write-probe", b"1", px=1)
+    except Exception as exc:  # any failure but a refused write is "not known"
+        return unwritable_cause(exc)
+    return None
 
 
 def _refused_write(exc: BaseException) -> str | None:
