@@ -40,7 +40,7 @@ def test_killed_rq_workers_lose_nothing_and_send_nothing_twice(own_redis: str) -
     """Work horses and whole workers are SIGKILLed mid-burst: every key still ends
     delivered once; RQ gave the killed jobs back and the lifecycle reconciled them."""
     config = VesselConfig(interchanges=120, customs_rate=20, customs_burst=5, timeout_s=300)
-    kill = RqKillWorkers(fault_at_s=1.0, kill_every_s=1.0, main_kill_every=3, kill_until=0.5)
+    kill = RqKillWorkers(fault_at_s=1.0, kill_every_s=1.0, main_kill_every=2, kill_until=0.9)
     report, _ = run_rq_vessel_demo(own_redis, config, kill=kill)
     chaos = report["chaos"]
     assert chaos["kills_by_role"].get("work_horse", 0) >= 1, chaos

@@ -55,6 +55,23 @@ class Reconciliation:
         tally = Counter(self.outcome.values())
         return {outcome: tally.get(outcome, 0) for outcome in OUTCOMES}
 
+    def report_fields(self) -> dict[str, int | list[str]]:
+        """The outcome part of a vessel burst's report, the same for every engine and
+        broker: counts per outcome, the first lost keys, and the anomalies."""
+        counts = self.counts()
+        return {
+            "submitted": len(self.outcome),
+            "delivered": counts["delivered"],
+            "dead_lettered": counts["dead_lettered"],
+            "quarantined": counts["quarantined"],
+            "refused_at_intake": counts["refused"],
+            "pending": counts["pending"],
+            "lost": counts["lost"],
+            "lost_keys": self.keys("lost")[:20],
+            "accepted_twice": len(self.accepted_twice),
+            "unexpected_accepts": len(self.unexpected),
+        }
+
 
 def reconcile(
     submitted: Iterable[str],

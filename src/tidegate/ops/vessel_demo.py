@@ -457,21 +457,11 @@ def run_vessel_demo(
             fleet.stop()
             producer.close()
     outcome = _outcome(run, broker, accepted)
-    counts = outcome.counts()
     report = {
         "scenario": "vessel",
         "broker": broker.kind,
-        "submitted": len(outcome.outcome),
+        **outcome.report_fields(),
         "submit_s": round(submit_s, 3),
-        "delivered": counts["delivered"],
-        "dead_lettered": counts["dead_lettered"],
-        "quarantined": counts["quarantined"],
-        "refused_at_intake": counts["refused"],
-        "pending": counts["pending"],
-        "lost": counts["lost"],
-        "lost_keys": outcome.keys("lost")[:20],
-        "accepted_twice": len(outcome.accepted_twice),
-        "unexpected_accepts": len(outcome.unexpected),
         "duplicates": c_full["duplicates"] + t_full["duplicates"],
         "peak_worker_rss_mb": max((s.rss_mb for s in samples), default=0.0),
         "peak_worker_rss_mb_by_process": peak_by_process(samples),
