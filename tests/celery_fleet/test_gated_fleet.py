@@ -47,15 +47,34 @@ CUSTOMS_PROCESSES = 3
 CLOCK_AGREEMENT_S = 0.005
 
 
+def _json_events(text: str) -> list[dict[str, Any]]:
+    """Every JSON object in the workers' logs. The pool's processes append to one file,
+    so two events can share a line (one written between the other's text and its
+    newline): each line is decoded object by object, not as one document."""
+    decoder = json.JSONDecoder()
+    events = []
+    for line in text.splitlines():
+        at = line.find("{")
+        while at != -1:
+            try:
+                event, end = decoder.raw_decode(line, at)
+            except json.JSONDecodeError:
+                at = line.find("{", at + 1)
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+            at = line.find("{", end)
+    return events
+
+
 def _pause_windows(fleet: Any, downstream: str, reason: str) -> list[tuple[float, float]]:
     """Every pause the workers wrote, as ``[start, end)`` on the fleet clock (seconds since
     the epoch), from their ``downstream_gate_paused`` events: a pause that moved the end
     later was written at ``until_ms - pause_s``."""
     windows = []
-    for line in _worker_logs(fleet).splitlines():
-        if not line.startswith("{") or '"downstream_gate_paused"' not in line:
+    for event in _json_events(_worker_logs(fleet)):
+        if event.get("event") != "downstream_gate_paused":
             continue
-        event = json.loads(line)
         if (
             event.get("downstream") == downstream
             and event.get("reason") == reason

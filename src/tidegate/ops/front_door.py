@@ -24,14 +24,15 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import redis
 
-from tidegate.errors import ConfigurationError
+from tidegate._redis import unwritable_cause
+from tidegate.errors import BackendUnwritable, ConfigurationError
 from tidegate.intake import (
     AdmissionPublisher,
     IntakePipeline,
@@ -163,6 +164,8 @@ class Posting:
     resent: int = 0
     senders: int = 0
     elapsed_s: float = 0.0
+    #: Set when the run's Redis refuses writes: every sender stops, the run ends with it.
+    error: BackendUnwritable | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, status: int, index: int, ack_ms: float | None) -> None:
@@ -201,9 +204,24 @@ class Posting:
 MAX_RETRIES = 120
 
 
-def _post_one(client: httpx.Client, url: str, body: bytes, index: int, posting: Posting) -> int:
-    """Post until the answer is not 503 (waiting out each Retry-After); the final status."""
+def _post_one(
+    client: httpx.Client,
+    url: str,
+    body: bytes,
+    index: int,
+    posting: Posting,
+    *,
+    probe: Callable[[], None] | None = None,
+) -> int:
+    """Post until the answer is not 503 (waiting out each Retry-After); the final status.
+
+    A 503 because the intake's Redis failed is checked with ``probe``: a Redis that
+    refuses writes (memory full) will not recover by itself within the run, so the run
+    stops with it rather than retrying every interchange for minutes.
+    """
     for _ in range(MAX_RETRIES + 1):
+        if posting.error is not None:
+            return 503
         start = time.perf_counter()
         try:
             response = client.post(url, content=body)
@@ -216,6 +234,12 @@ def _post_one(client: httpx.Client, url: str, body: bytes, index: int, posting: 
         posting.record(status, index, took_ms if status == 202 else None)
         if status != 503:
             return status
+        if probe is not None and _reason(response) == "backend_unavailable":
+            try:
+                probe()
+            except BackendUnwritable as exc:
+                posting.error = exc
+                return 503
         # The sender's side of backpressure: wait as told, then send the same bytes again.
         time.sleep(float(response.headers.get("retry-after", DEMO_RETRY_AFTER_S)))
     log.warning("demo_sender_gave_up", index=index, retries=MAX_RETRIES)
@@ -229,6 +253,7 @@ def post_burst(
     *,
     senders: int = DEFAULT_SENDERS,
     resends: int = DEFAULT_RESENDS,
+    probe: Callable[[], None] | None = None,
 ) -> Posting:
     """Post every body once (``senders`` threads, body ``i`` by sender ``i % senders``),
     then resend the first ``resends`` acknowledged ones, which must come back 409."""
@@ -240,7 +265,9 @@ def post_burst(
     def sender(number: int) -> None:
         with httpx.Client(timeout=60.0) as client:
             for index in range(number, len(bodies), senders):
-                if _post_one(client, url, bodies[index], index, posting) == 202:
+                if posting.error is not None:
+                    return
+                if _post_one(client, url, bodies[index], index, posting, probe=probe) == 202:
                     with lock:
                         acknowledged.append(index)
 
@@ -252,6 +279,8 @@ def post_burst(
         thread.start()
     for thread in threads:
         thread.join()
+    if posting.error is not None:
+        raise posting.error
     with httpx.Client(timeout=60.0) as client:
         for index in sorted(acknowledged)[:resends]:
             posting.resent += 1
@@ -282,8 +311,28 @@ def submit_through_front_door(
     )
     bodies = [str(item.envelope["body"]).encode("latin-1") for item in run.submissions]
     with serve_in_thread(pipeline) as url:
-        posting = post_burst(url, bodies)
+        posting = post_burst(url, bodies, probe=lambda: _probe_writable(run.client, run.prefix))
     run.refused.extend(run.submissions[i] for i in sorted(set(posting.refused)))
     report = posting.report()
     log.info("demo_front_door", **{k: v for k, v in report.items() if k != "senders"})
     return report
+
+
+def _reason(response: httpx.Response) -> str | None:
+    """The intake's ``reason`` for an answer, when its body is the intake's JSON."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body.get("reason") if isinstance(body, dict) else None
+
+
+def _probe_writable(client: redis.Redis, prefix: str) -> None:
+    """Raise :class:`BackendUnwritable` when Redis refuses a write (one key that expires
+    at once); any other failure is left to the intake's own retry answer."""
+    try:
+        client.set(f"{prefix}:demo:write-probe", b"1", px=1)
+    except redis.RedisError as exc:
+        cause = unwritable_cause(exc)
+        if cause is not None:
+            raise BackendUnwritable(cause, "the demo's front door") from exc
