@@ -52,6 +52,7 @@ from tidegate.ops.vessel_demo import (
     _worker_env,
     cleanup_prefix,
     peak_by_process,
+    rss_fields,
 )
 
 __all__ = ["RqKillWorkers", "run_rq_vessel_demo"]
@@ -163,14 +164,7 @@ def _take_sample(run: _Run, customs: Any, tos: Any, dlq: DeadLetterQueue) -> Sam
         responses_503=c_stats["responses_503"] + t_stats["responses_503"],
         parked=held["scheduled"],
         dead_lettered=len(dlq),
-        rss_mb=round(sum(m.main_mb + sum(m.children_mb.values()) for m in memory.values()), 1),
-        rss_by_process={
-            name: {
-                "main": round(m.main_mb, 1),
-                "child": round(max(m.children_mb.values(), default=0.0), 1),
-            }
-            for name, m in memory.items()
-        },
+        **rss_fields(memory),
     )
 
 

@@ -53,7 +53,7 @@ from tidegate.load.sizing import PoolSize, pool_size
 from tidegate.logging import get_logger
 from tidegate.ops import front_door
 from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
+from tidegate.ops.fleet import Fleet, Pool, PoolMemory
 from tidegate.ops.reconcile import Reconciliation, keys_in_messages, reconcile
 from tidegate.ops.run_broker import RedisRunBroker, RunBroker
 from tidegate.sim import CustomsSim, QuotaHeaders, TosSim
@@ -270,14 +270,7 @@ def _take_sample(
         responses_503=c_stats["responses_503"] + t_stats["responses_503"],
         parked=parking.depth(),
         dead_lettered=len(dlq),
-        rss_mb=round(sum(m.main_mb + sum(m.children_mb.values()) for m in memory.values()), 1),
-        rss_by_process={
-            name: {
-                "main": round(m.main_mb, 1),
-                "child": round(max(m.children_mb.values(), default=0.0), 1),
-            }
-            for name, m in memory.items()
-        },
+        **rss_fields(memory),
     )
 
 
@@ -384,6 +377,21 @@ def _attach(
         "customs": customs.get("accept_timeline", []),
         "tos": tos.get("accept_timeline", []),
         "t0": run.wall_t0,
+    }
+
+
+def rss_fields(memory: Mapping[str, PoolMemory]) -> dict[str, Any]:
+    """A sample's memory fields from each pool's measurement: the fleet's total RSS and
+    each pool's main process and largest child (the same for every engine)."""
+    return {
+        "rss_mb": round(sum(m.main_mb + sum(m.children_mb.values()) for m in memory.values()), 1),
+        "rss_by_process": {
+            name: {
+                "main": round(m.main_mb, 1),
+                "child": round(max(m.children_mb.values(), default=0.0), 1),
+            }
+            for name, m in memory.items()
+        },
     }
 
 
