@@ -38,6 +38,7 @@ Celery app's broker URL. Neither writes anything.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -295,6 +296,12 @@ class AmqpDepthProbe:
 
     A queue that does not exist yet has depth 0 (the passive declare's 404 is caught
     and the channel reopened).
+
+    One probe is shared by every request thread of a front door, and a py-amqp
+    connection is not thread-safe: two threads opening channels at once interleave
+    their frames ("Received frame_end 0x01 while expecting 0xce") and one then waits
+    for an answer that never comes. The connection is therefore used under a lock;
+    the passive declares take a millisecond or two, so threads queue briefly.
     """
 
     broker = "amqp"
@@ -315,11 +322,22 @@ class AmqpDepthProbe:
         self._http = http or httpx.Client(timeout=_MANAGEMENT_TIMEOUT_S)
         self._owns_http = http is None
         self._unacked_warned = False
+        self._connection_lock = threading.Lock()
 
     def sample(self, queues: Sequence[str]) -> dict[str, QueueDepth]:
+        names = _check_queues(queues)
+        with self._connection_lock:
+            counts = self._declare_passively(names)
+        unacked = self._unacked(names)
+        return {
+            queue: QueueDepth(queue, ready, unacked.get(queue, 0), consumers)
+            for queue, (ready, consumers) in counts.items()
+        }
+
+    def _declare_passively(self, names: list[str]) -> dict[str, tuple[int, int]]:
+        """(ready, consumers) per queue; the caller holds the connection lock."""
         from amqp.exceptions import NotFound
 
-        names = _check_queues(queues)
         counts: dict[str, tuple[int, int]] = {}
         try:
             channel: Any = self.connection.channel()
@@ -335,11 +353,7 @@ class AmqpDepthProbe:
                 channel.close()
         except self.connection.connection_errors as exc:
             raise BackendUnavailable(f"broker unreachable during queue depth: {exc}") from exc
-        unacked = self._unacked(names)
-        return {
-            queue: QueueDepth(queue, ready, unacked.get(queue, 0), consumers)
-            for queue, (ready, consumers) in counts.items()
-        }
+        return counts
 
     def _unacked(self, names: list[str]) -> dict[str, int]:
         """``messages_unacknowledged`` per queue from the management API ({} if absent)."""
@@ -380,7 +394,8 @@ class AmqpDepthProbe:
             )
 
     def close(self) -> None:
-        self.connection.release()
+        with self._connection_lock:
+            self.connection.release()
         if self._owns_http:
             self._http.close()
 
