@@ -22,7 +22,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=30
 
 test: lint typecheck pytest
 
