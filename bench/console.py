@@ -45,8 +45,9 @@ from _harness import machine_info, md_table, write_json
 from tidegate.console import ConsoleConfig, Users, create_app, hash_secret
 from tidegate.console.access import Role
 from tidegate.console.history import Point
-from tidegate.console.sampler import HistorySampler, history_key
+from tidegate.console.sampler import HistorySampler
 from tidegate.flow import Gate
+from tidegate.keys import Keyspace
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.depth import QueueDepth
 from tidegate.load.parking import ParkingLot
@@ -131,7 +132,7 @@ def fill(client: redis.Redis, prefix: str, gates: int) -> list[str]:
         )
         for i in range(180)
     ]
-    client.lpush(history_key(prefix), *[p.to_json() for p in points])
+    client.lpush(Keyspace(prefix).console_history(), *[p.to_json() for p in points])
     return names
 
 
@@ -233,14 +234,15 @@ def view_costs(url: str, counted: Counted, probe: redis.Redis, repeat: int = 20)
 def sampler_cost(url: str, prefix: str, names: list[str], consoles: int) -> dict[str, Any]:
     counted = Counted()
     client = counting_client(url, counted)
-    client.delete(history_key(prefix))  # also opens the connection: its set-up is not counted
+    keys = Keyspace(prefix)
+    client.delete(keys.console_history())  # also opens the connection: its set-up is not counted
     samplers = [
         HistorySampler(client, prefix=prefix, gates=lambda: names, every_s=0.2)
         for _ in range(consoles)
     ]
     periods, stored, sent = 20, 0, 0
     for _ in range(periods):
-        client.delete(f"{history_key(prefix)}:turn")  # a new period for every sampler
+        client.delete(keys.console_turn())  # a new period for every sampler
         before = counted.sent
         stored += sum(s.tick() is not None for s in samplers)
         sent += counted.sent - before

@@ -19,6 +19,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tidegate.errors import ConfigurationError
+from tidegate.keys import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
     from tidegate.flow.adaptive import AdaptivePolicy
@@ -84,7 +85,7 @@ class Settings(BaseSettings):
     #: Redis for gate state, parking, DLQ and quarantine. Unset: the embedded server.
     redis_url: SecretStr | None = None
     #: Prefix of every Redis key tidegate writes (one fleet, one prefix).
-    prefix: str = Field(default="tidegate", min_length=1, pattern=PREFIX_PATTERN)
+    prefix: str = Field(default=DEFAULT_PREFIX, min_length=1, pattern=PREFIX_PATTERN)
     log_level: str = "INFO"
     #: Admit work when Redis is unreachable (``True``) or refuse it (``False``, default).
     fail_open: bool = False

@@ -28,8 +28,8 @@ from tidegate.console.access import Role
 from tidegate.console.history import Point
 from tidegate.console.publish import celery_publisher
 from tidegate.console.quarantine_replay import celery_quarantine_replayer
-from tidegate.console.sampler import history_key
 from tidegate.flow import Gate
+from tidegate.keys import Keyspace
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.depth import QueueDepth
 from tidegate.load.parking import ParkingLot
@@ -389,7 +389,7 @@ def _vessel_history(client: redis.Redis, prefix: str, now_ms: float) -> None:
                 {"edi.customs": (depth, 1500, 300), "edi.tos": (40 + i % 7, 1000, 200)},
             )
         )
-    client.lpush(history_key(prefix), *[p.to_json() for p in points])
+    client.lpush(Keyspace(prefix).console_history(), *[p.to_json() for p in points])
 
 
 @pytest.mark.parametrize(

@@ -19,9 +19,10 @@ from tidegate.console.history import (
     queue_series,
 )
 from tidegate.console.reads import RedisReads
-from tidegate.console.sampler import HistorySampler, history_key
+from tidegate.console.sampler import HistorySampler
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
+from tidegate.keys import Keyspace
 from tidegate.load.depth import QueueDepth
 from tidegate.load.watermarks import BoardEntry, LoadBoard, LoadState, Watermarks
 from tidegate.settings import GatePolicy
@@ -154,7 +155,7 @@ def test_consoles_take_turns_one_point_per_period(redis_client: redis.Redis, pre
     ]
     stored = [sampler.tick() for sampler in samplers]
     assert sum(point is not None for point in stored) == 1
-    assert redis_client.llen(history_key(prefix)) == 1
+    assert redis_client.llen(Keyspace(prefix).console_history()) == 1
     point = next(p for p in stored if p is not None)
     assert point.gates["customs"][1:] == (50.0, 5, 0)  # nothing admitted yet
     assert point.queues["edi.customs"] == (1234, 1000, 200)
@@ -175,11 +176,11 @@ def test_the_ring_keeps_the_window_and_the_view_reads_admissions(
     assert sampler.capacity == 4
     stored = 0
     while stored < 6:
-        redis_client.delete(f"{history_key(prefix)}:turn")
+        redis_client.delete(Keyspace(prefix).console_turn())
         with gate.acquire():
             pass
         stored += sampler.tick() is not None
-    assert redis_client.llen(history_key(prefix)) == 4
+    assert redis_client.llen(Keyspace(prefix).console_history()) == 4
     reads = RedisReads(redis_client, prefix=prefix, gates=["customs"])
     points = reads.history(keep_s=3600)
     assert len(points) == 4
@@ -264,7 +265,7 @@ def test_a_gate_with_tokens_to_spare_charts_its_true_rate(
     sampler = HistorySampler(redis_client, prefix=prefix, gates=lambda: ["customs"])
 
     def sample() -> Point:
-        redis_client.delete(f"{history_key(prefix)}:turn")
+        redis_client.delete(Keyspace(prefix).console_turn())
         point = sampler.tick()
         assert point is not None
         return point

@@ -10,7 +10,8 @@ import redis
 
 from tidegate.errors import ConfigurationError
 from tidegate.intake import Claim, MemoryDuplicates, RedisDuplicates
-from tidegate.intake.duplicates import DuplicateStore, interchange_key
+from tidegate.intake.duplicates import DuplicateStore
+from tidegate.keys import Keyspace
 
 
 class FakeClock:
@@ -126,7 +127,7 @@ def test_redis_keys_expire_after_the_lease_and_the_window(
 ) -> None:
     """The TTLs Redis holds are the lease while pending and the window once accepted."""
     store = RedisDuplicates(redis_client, prefix=prefix, window_ms=86_400_000, lease_ms=5_000)
-    key = interchange_key(prefix, "ACME", "REF1")
+    key = Keyspace(prefix).interchange("ACME", "REF1")
     store.claim("ACME", "REF1", "t1")
     assert 0 < redis_client.pttl(key) <= 5_000
     store.confirm("ACME", "REF1", "t1")

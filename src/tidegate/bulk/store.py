@@ -20,7 +20,7 @@ from typing import Any, cast
 import redis
 
 from tidegate._redis import lua_script, map_redis_errors
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX, BatchKeys, Keyspace
 
 __all__ = ["DEFAULT_BATCH_TTL_S", "DOCUMENT_CHUNK", "BatchStore", "UnitWriter"]
 
@@ -38,8 +38,8 @@ class UnitWriter:
 
     def __init__(self, store: BatchStore, batch_id: str) -> None:
         self._store = store
-        self._units = store._key(batch_id, "units")
-        self._order = store._key(batch_id, "order")
+        keys = store.keys(batch_id)
+        self._units, self._order = keys.units, keys.order
         self._chunk: dict[Any, Any] = {}
         self._positions: dict[Any, Any] = {}
         self.count = 0
@@ -76,7 +76,7 @@ class BatchStore:
 
     Args:
         client: a sync Redis client.
-        prefix: key prefix; one ``{batch id}`` hash tag per batch.
+        prefix: key prefix (keys: :meth:`tidegate.keys.Keyspace.batch`).
         ttl_s: expiry of everything a batch stores.
     """
 
@@ -85,12 +85,14 @@ class BatchStore:
     ) -> None:
         self.client = client
         self.prefix = prefix
+        self._keyspace = Keyspace(prefix)
         self.ttl_s = ttl_s
         self._seal = client.register_script(lua_script("bulk_seal", "tidegate.bulk"))
         self._outcome = client.register_script(lua_script("bulk_outcome", "tidegate.bulk"))
 
-    def _key(self, batch_id: str, part: str) -> str:
-        return f"{self.prefix}:batch:{{{batch_id}}}:{part}"
+    def keys(self, batch_id: str) -> BatchKeys:
+        """Every key of batch ``batch_id``."""
+        return self._keyspace.batch(batch_id)
 
     def save_units(self, batch_id: str, units: Iterable[Mapping[str, Any]]) -> int:
         """Store units (each with a ``"key"``) in chunks, and their order; returns how many
@@ -106,7 +108,7 @@ class BatchStore:
 
     def unit_keys(self, batch_id: str, page: int = _PIPELINE_CHUNK) -> Iterator[list[str]]:
         """The batch's distinct unit keys in manifest order, ``page`` at a time."""
-        order = self._key(batch_id, "order")
+        order = self.keys(batch_id).order
         start = 0
         while True:
             with map_redis_errors("read batch order"):
@@ -119,18 +121,20 @@ class BatchStore:
 
     def distinct_units(self, batch_id: str) -> int:
         with map_redis_errors("count batch units"):
-            return int(self.client.zcard(self._key(batch_id, "order")))
+            return int(self.client.zcard(self.keys(batch_id).order))
 
     def seal(self, batch_id: str, expected: int) -> bool:
         """Every parse task is published: True if the caller must start the aggregate."""
-        keys = [self._key(batch_id, part) for part in ("expected", "done", "fired")]
+        k = self.keys(batch_id)
+        keys = [k.expected, k.done, k.fired]
         with map_redis_errors("seal batch"):
             return bool(self._seal(keys, [expected, self.ttl_s]))
 
     def record_outcome(self, batch_id: str, key: str, outcome: Mapping[str, Any]) -> bool:
         """Record a unit's outcome once: True if it was the last and the caller must start
         the aggregate."""
-        keys = [self._key(batch_id, part) for part in ("outcomes", "done", "expected", "fired")]
+        k = self.keys(batch_id)
+        keys = [k.outcomes, k.done, k.expected, k.fired]
         body = json.dumps(dict(outcome), separators=(",", ":"))
         with map_redis_errors("record unit outcome"):
             return bool(self._outcome(keys, [key, body, self.ttl_s]))
@@ -138,15 +142,13 @@ class BatchStore:
     def outcomes(self, batch_id: str, keys: list[str]) -> list[dict[str, Any] | None]:
         """The recorded outcomes of ``keys`` (None where none is recorded)."""
         with map_redis_errors("read unit outcomes"):
-            raws = cast(
-                "list[bytes | None]", self.client.hmget(self._key(batch_id, "outcomes"), keys)
-            )
+            raws = cast("list[bytes | None]", self.client.hmget(self.keys(batch_id).outcomes, keys))
         return [json.loads(raw) if raw else None for raw in raws]
 
     def first_forward(self, batch_id: str, bl_numbers: list[str]) -> list[bool]:
         """For each B/L number, whether this is its first forward in the batch (the same
         B/L twice in one manifest reaches the downstream once)."""
-        name = self._key(batch_id, "forwarded")
+        name = self.keys(batch_id).forwarded
         with map_redis_errors("mark forwarded"):
             pipe = self.client.pipeline(transaction=False)
             for number in bl_numbers:
@@ -160,7 +162,7 @@ class BatchStore:
         carries only the batch id, and the dispatch streams the document back instead
         of one worker process decoding a message of tens of megabytes. Returns the
         number of chunks."""
-        name = self._key(batch_id, "document")
+        name = self.keys(batch_id).document
         with map_redis_errors("save batch document"):
             pipe = self.client.pipeline(transaction=True)
             pipe.delete(name)
@@ -172,7 +174,7 @@ class BatchStore:
 
     def document_chunks(self, batch_id: str) -> Iterator[bytes]:
         """The stored document, one chunk at a time (empty if none is stored)."""
-        name = self._key(batch_id, "document")
+        name = self.keys(batch_id).document
         index = 0
         while True:
             with map_redis_errors("read batch document"):
@@ -189,36 +191,35 @@ class BatchStore:
         turns out unreadable halfway has already left some: they must not outlive it.
         A stored document stays (until the batch's expiry): a replay reads it again.
         """
+        k = self.keys(batch_id)
         with map_redis_errors("discard batch units"):
-            self.client.delete(*(self._key(batch_id, part) for part in ("units", "order")))
+            self.client.delete(k.units, k.order)
 
     def unit(self, batch_id: str, key: str) -> dict[str, Any] | None:
         """One stored unit, or ``None`` (expired, or never stored)."""
         with map_redis_errors("load batch unit"):
-            raw = self.client.hget(self._key(batch_id, "units"), key)
+            raw = self.client.hget(self.keys(batch_id).units, key)
         return json.loads(raw) if raw else None
 
     def mark_dispatched(self, batch_id: str) -> None:
         """Record that the batch's chord was sent (a redelivered dispatch skips it)."""
         with map_redis_errors("mark dispatched"):
-            self.client.set(self._key(batch_id, "dispatched"), 1, ex=self.ttl_s)
+            self.client.set(self.keys(batch_id).dispatched, 1, ex=self.ttl_s)
 
     def dispatched(self, batch_id: str) -> bool:
         with map_redis_errors("check dispatched"):
-            return bool(self.client.exists(self._key(batch_id, "dispatched")))
+            return bool(self.client.exists(self.keys(batch_id).dispatched))
 
     def claim_aggregate(self, batch_id: str) -> bool:
         """True for the first caller only: the aggregate of a batch runs once."""
         with map_redis_errors("claim aggregate"):
-            return bool(
-                self.client.set(self._key(batch_id, "aggregated"), 1, nx=True, ex=self.ttl_s)
-            )
+            return bool(self.client.set(self.keys(batch_id).aggregated, 1, nx=True, ex=self.ttl_s))
 
     def save_summary(self, batch_id: str, summary: Mapping[str, Any]) -> None:
         with map_redis_errors("save batch summary"):
-            self.client.set(self._key(batch_id, "summary"), json.dumps(summary), ex=self.ttl_s)
+            self.client.set(self.keys(batch_id).summary, json.dumps(summary), ex=self.ttl_s)
 
     def summary(self, batch_id: str) -> dict[str, Any] | None:
         with map_redis_errors("load batch summary"):
-            raw = self.client.get(self._key(batch_id, "summary"))
+            raw = self.client.get(self.keys(batch_id).summary)
         return json.loads(raw) if raw else None

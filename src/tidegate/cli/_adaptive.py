@@ -21,8 +21,9 @@ from typing import Any
 import redis
 
 from tidegate.errors import ConfigurationError
-from tidegate.flow.adaptive import AdaptiveKeys, RedisAdaptiveStore
+from tidegate.flow.adaptive import RedisAdaptiveStore
 from tidegate.flow.adaptive._env import parse_mode
+from tidegate.keys import Keyspace
 
 __all__ = ["ADAPTIVE_FLAGS", "adaptive_report", "write_adaptive"]
 
@@ -76,7 +77,7 @@ def write_adaptive(
                 raise ConfigurationError(f"{field} must be a finite number > 0, got {value!r}")
             stored[field] = repr(float(value))
     store = RedisAdaptiveStore(client)
-    keys = AdaptiveKeys.build(name, prefix=prefix)
+    keys = Keyspace(prefix).adaptive(name)
     merged = {**store.read_overrides(keys), **stored}
     _check_box(merged)
     if not check:
@@ -87,13 +88,13 @@ def write_adaptive(
 def read_overrides(client: redis.Redis, name: str, prefix: str) -> dict[str, str]:
     """The adaptive overrides in force for ``name``."""
     store = RedisAdaptiveStore(client)
-    return store.read_overrides(AdaptiveKeys.build(name, prefix=prefix))
+    return store.read_overrides(Keyspace(prefix).adaptive(name))
 
 
 def adaptive_report(client: redis.Redis, name: str, prefix: str) -> dict[str, Any]:
     """What the fleet's controller of ``name`` learned and who runs it (plain data)."""
     store = RedisAdaptiveStore(client)
-    keys = AdaptiveKeys.build(name, prefix=prefix)
+    keys = Keyspace(prefix).adaptive(name)
     record = store.load(keys)
     rate, concurrency = record.rate, record.concurrency
     return {

@@ -21,7 +21,7 @@ import redis
 
 from tidegate._redis import client_from_url
 from tidegate.errors import ConfigurationError, TidegateError
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX
 from tidegate.settings import PREFIX_PATTERN
 
 __all__ = [

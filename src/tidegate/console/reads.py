@@ -32,9 +32,9 @@ from tidegate.console.model import (
     quarantine_groups,
     queue_rows,
 )
-from tidegate.console.sampler import history_key, queue_board_key, queue_gate_commands
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.console.sampler import queue_gate_commands
 from tidegate.flow.gate import fleet_gate_names
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 
 __all__ = ["DEFAULT_DISCOVER_EVERY_S", "ConsoleReads", "RedisReads"]
 
@@ -82,6 +82,7 @@ class RedisReads:
     ) -> None:
         self.client = client
         self.prefix = prefix
+        self.keys = Keyspace(prefix)
         self._named = tuple(gates)
         self._found: tuple[str, ...] = ()
         self._discover_every_s = discover_every_s
@@ -109,7 +110,7 @@ class RedisReads:
         """Every queue the monitor published: depth, watermarks, signal, workers."""
         with map_redis_errors("console queues"):
             pipe = self.client.pipeline(transaction=False)
-            pipe.hgetall(queue_board_key(self.prefix))
+            pipe.hgetall(self.keys.load_board())
             pipe.time()
             board, now = pipe.execute()
         return queue_rows(board, now)
@@ -118,7 +119,7 @@ class RedisReads:
         """The charts' points of the last ``keep_s`` seconds, oldest first."""
         with map_redis_errors("console history"):
             pipe = self.client.pipeline(transaction=False)
-            pipe.lrange(history_key(self.prefix), 0, -1)
+            pipe.lrange(self.keys.console_history(), 0, -1)
             pipe.time()
             raws, now = pipe.execute()
         return points_from_ring(raws, now_ms=now_ms_of(now), keep_s=keep_s)
@@ -129,19 +130,17 @@ class RedisReads:
         Warning: every record is read on each refresh (payloads included, never
         rendered), so a DLQ of many thousands of large records makes this view heavy.
         """
-        dlq = f"{self.prefix}:{{dlq}}"
-        quarantine = f"{self.prefix}:{{quarantine}}"
-        parking = f"{self.prefix}:{{parking}}"
+        dlq, quarantine, parking = self.keys.dlq(), self.keys.quarantine(), self.keys.parking()
         with map_redis_errors("console dead letters"):
             pipe = self.client.pipeline(transaction=False)
-            pipe.hvals(f"{dlq}:records")
-            pipe.zrange(f"{dlq}:replaying", 0, -1, withscores=True)
-            pipe.hgetall(f"{quarantine}:records")
-            pipe.hgetall(f"{quarantine}:since")
-            pipe.zcard(f"{parking}:due")
-            pipe.zcard(f"{parking}:inflight")
-            pipe.zrange(f"{parking}:due", 0, 0, withscores=True)
-            pipe.zrange(f"{parking}:due", -1, -1, withscores=True)
+            pipe.hvals(dlq.records)
+            pipe.zrange(dlq.replaying, 0, -1, withscores=True)
+            pipe.hgetall(quarantine.records)
+            pipe.hgetall(quarantine.since)
+            pipe.zcard(parking.due)
+            pipe.zcard(parking.inflight)
+            pipe.zrange(parking.due, 0, 0, withscores=True)
+            pipe.zrange(parking.due, -1, -1, withscores=True)
             pipe.time()
             letters, replaying, shed, since, waiting, moving, first, last, now = pipe.execute()
         return (

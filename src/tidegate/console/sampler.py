@@ -28,22 +28,12 @@ import redis
 from tidegate._redis import map_redis_errors
 from tidegate.console.history import DEFAULT_KEEP_S, Point, point_from_replies
 from tidegate.errors import ConfigurationError
-from tidegate.flow.backends.base import DEFAULT_PREFIX, GateKeys
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 
-__all__ = ["DEFAULT_SAMPLE_EVERY_S", "HistorySampler", "history_key"]
+__all__ = ["DEFAULT_SAMPLE_EVERY_S", "HistorySampler"]
 
 #: Seconds between two points of the charts (180 points over 15 minutes).
 DEFAULT_SAMPLE_EVERY_S = 5.0
-
-
-def history_key(prefix: str) -> str:
-    """The ring of points (a list, newest first)."""
-    return f"{prefix}:{{console}}:history"
-
-
-def queue_board_key(prefix: str) -> str:
-    """The monitor's load board (:class:`~tidegate.load.watermarks.LoadBoard`)."""
-    return f"{prefix}:{{load}}:board"
 
 
 def queue_gate_commands(pipe: redis.client.Pipeline, names: Sequence[str], prefix: str) -> None:
@@ -51,7 +41,7 @@ def queue_gate_commands(pipe: redis.client.Pipeline, names: Sequence[str], prefi
     admitted]`` per
     gate (the layout :func:`~tidegate.console.model.gate_rows` reads)."""
     for name in names:
-        keys = GateKeys.build(name, prefix=prefix)
+        keys = Keyspace(prefix).limit(name)
         pipe.hgetall(keys.config)
         pipe.hgetall(keys.pause)
         pipe.zcard(keys.leases)
@@ -95,8 +85,10 @@ class HistorySampler:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._gates = gates
         self._gate_env = gate_env
-        self._ring = history_key(prefix)
-        self._turn = f"{self._ring}:turn"
+        keyspace = Keyspace(prefix)
+        self._ring = keyspace.console_history()
+        self._turn = keyspace.console_turn()
+        self._board = keyspace.load_board()
 
     def tick(self) -> Point | None:
         """Sample once if it is this console's turn; returns the point stored, if any."""
@@ -109,7 +101,7 @@ class HistorySampler:
             pipe = self.client.pipeline(transaction=False)
             queue_gate_commands(pipe, names, self.prefix)
             pipe.time()
-            pipe.hgetall(queue_board_key(self.prefix))
+            pipe.hgetall(self._board)
             *replies, board = pipe.execute()
             point = point_from_replies(
                 names, replies, cast("dict[bytes, bytes]", board), env=self._gate_env

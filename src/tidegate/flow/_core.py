@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 from tidegate.errors import ConfigurationError, Throttled
 from tidegate.flow.backends.base import (
-    DEFAULT_PREFIX,
     AcquireParams,
     AcquireResult,
     GateKeys,
     Status,
 )
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.logging import get_logger
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ class Limit:
             raise ConfigurationError(f"limit name must be non-empty without braces/space: {name!r}")
         return cls(
             name,
-            GateKeys.build(name, kind=kind, prefix=prefix),
+            Keyspace(prefix).limit(name, kind=kind),
             rate,
             burst,
             concurrency,

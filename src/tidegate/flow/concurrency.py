@@ -15,8 +15,8 @@ from typing import Any
 from tidegate.errors import ConfigurationError
 from tidegate.flow._control import AsyncControl, SyncControl
 from tidegate.flow._core import DEFAULT_MAX_WAIT_S, Limit
-from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.flow.permit import AsyncPermit, Permit
+from tidegate.keys import DEFAULT_PREFIX
 from tidegate.settings import GatePolicy
 
 __all__ = ["AsyncConcurrencyLimiter", "ConcurrencyLimiter"]

@@ -28,8 +28,9 @@ from tidegate._redis import map_redis_errors
 from tidegate.errors import ConfigurationError
 from tidegate.flow._control import AsyncControl, SyncControl
 from tidegate.flow._core import DEFAULT_MAX_WAIT_S, Decision, Limit
-from tidegate.flow.backends.base import DEFAULT_PREFIX, GateKeys, GateSnapshot
+from tidegate.flow.backends.base import GateSnapshot
 from tidegate.flow.permit import AsyncPermit, Permit
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.logging import get_logger
 from tidegate.settings import MAX_PAUSE_S, GatePolicy, check_range, gate_policy_from_env
 
@@ -146,12 +147,6 @@ def _in_use(snap: GateSnapshot) -> bool:
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
-def _key_head(prefix: str) -> str:
-    """``<prefix>:gate:{``: how every gate key starts, taken from :class:`GateKeys`."""
-    config = GateKeys.build("name", prefix=prefix).config
-    return config[: config.index("{name}") + 1]
-
-
 def fleet_gate_names(client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> list[str]:
     """The names of the gates the fleet holds state or live config for under ``prefix``.
 
@@ -159,7 +154,7 @@ def fleet_gate_names(client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> li
     not listed: the list says what the fleet is doing, not what it could do. Read with
     SCAN (never KEYS), so a large keyspace is not blocked.
     """
-    head = _key_head(prefix)
+    head = Keyspace(prefix).limit_head()
     names: set[str] = set()
     with map_redis_errors("list gates"):
         for raw in client.scan_iter(match=_GLOB_SPECIAL.sub(r"\\\1", head) + "*", count=1000):

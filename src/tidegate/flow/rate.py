@@ -13,7 +13,7 @@ from typing import Any
 
 from tidegate.flow._control import AsyncControl, SyncControl
 from tidegate.flow._core import DEFAULT_MAX_WAIT_S, Decision, Limit
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX
 from tidegate.settings import GatePolicy
 
 __all__ = ["AsyncRateLimiter", "RateLimiter"]

@@ -15,7 +15,6 @@ idempotency key, so the workers' ledger makes the repeat harmless downstream.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Protocol
 
 from tidegate.errors import ConfigurationError
 from tidegate.intake.decision import Claim
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 
 __all__ = [
     "DEFAULT_LEASE_MS",
@@ -31,7 +31,6 @@ __all__ = [
     "ClaimResult",
     "DuplicateStore",
     "MemoryDuplicates",
-    "interchange_key",
 ]
 
 #: How long a repeat of an accepted interchange is rejected as a duplicate: 30 days.
@@ -39,18 +38,6 @@ DEFAULT_WINDOW_MS = 30 * 24 * 3600 * 1000
 #: How long one request's unfinished claim keeps other copies waiting (then it expires
 #: so that a crashed request never blocks its sender's retry for good).
 DEFAULT_LEASE_MS = 120_000
-
-
-def interchange_key(prefix: str, sender: str, control_reference: str) -> str:
-    """The store key of one interchange.
-
-    Sender ids and references are the sender's text: hashed (length-prefixed, so no
-    two pairs collide), they can hold no glob or separator character in a key.
-    """
-    digest = hashlib.sha256(
-        f"{len(sender)}:{sender},{len(control_reference)}:{control_reference}".encode()
-    ).hexdigest()
-    return f"{prefix}:intake:interchange:{digest}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +89,7 @@ class MemoryDuplicates:
         *,
         window_ms: int = DEFAULT_WINDOW_MS,
         lease_ms: int = DEFAULT_LEASE_MS,
-        prefix: str = "tidegate",
+        prefix: str = DEFAULT_PREFIX,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
@@ -110,6 +97,7 @@ class MemoryDuplicates:
         self.window_ms = window_ms
         self.lease_ms = lease_ms
         self.prefix = prefix
+        self._keys = Keyspace(prefix)
         self._clock = clock
         self._wall_ms = wall_ms
         self._lock = threading.Lock()
@@ -128,7 +116,7 @@ class MemoryDuplicates:
         self._records[key] = (value, self._clock() + ttl_ms / 1000)
 
     def claim(self, sender: str, control_reference: str, token: str) -> ClaimResult:
-        key = interchange_key(self.prefix, sender, control_reference)
+        key = self._keys.interchange(sender, control_reference)
         with self._lock:
             current = self._get(key)
             if current is None:
@@ -140,14 +128,14 @@ class MemoryDuplicates:
             return ClaimResult(Claim.IN_FLIGHT, lease_left_ms=left)
 
     def confirm(self, sender: str, control_reference: str, token: str) -> bool:
-        key = interchange_key(self.prefix, sender, control_reference)
+        key = self._keys.interchange(sender, control_reference)
         with self._lock:
             held = self._get(key) == f"pending:{token}"
             self._set(key, f"accepted:{self._wall_ms()}", self.window_ms)
             return held
 
     def release(self, sender: str, control_reference: str, token: str) -> bool:
-        key = interchange_key(self.prefix, sender, control_reference)
+        key = self._keys.interchange(sender, control_reference)
         with self._lock:
             if self._get(key) == f"pending:{token}":
                 del self._records[key]

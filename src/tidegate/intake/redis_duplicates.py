@@ -12,15 +12,14 @@ from collections.abc import Callable
 import redis
 
 from tidegate._redis import lua_script, map_redis_errors
-from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.intake.decision import Claim
 from tidegate.intake.duplicates import (
     DEFAULT_LEASE_MS,
     DEFAULT_WINDOW_MS,
     ClaimResult,
     check_durations,
-    interchange_key,
 )
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 
 __all__ = ["RedisDuplicates"]
 
@@ -54,6 +53,7 @@ class RedisDuplicates:
         check_durations(window_ms, lease_ms)
         self.client = client
         self.prefix = prefix
+        self._keys = Keyspace(prefix)
         self.window_ms = window_ms
         self.lease_ms = lease_ms
         self._wall_ms = wall_ms
@@ -62,7 +62,7 @@ class RedisDuplicates:
         self._release = client.register_script(lua_script("duplicate_release", _PACKAGE))
 
     def claim(self, sender: str, control_reference: str, token: str) -> ClaimResult:
-        key = interchange_key(self.prefix, sender, control_reference)
+        key = self._keys.interchange(sender, control_reference)
         with map_redis_errors("intake duplicate claim"):
             verdict, detail = self._claim(keys=[key], args=[token, self.lease_ms])
         verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
@@ -74,13 +74,13 @@ class RedisDuplicates:
         return ClaimResult(Claim.IN_FLIGHT, lease_left_ms=int(detail))
 
     def confirm(self, sender: str, control_reference: str, token: str) -> bool:
-        key = interchange_key(self.prefix, sender, control_reference)
+        key = self._keys.interchange(sender, control_reference)
         with map_redis_errors("intake duplicate confirm"):
             held = self._confirm(keys=[key], args=[token, self._wall_ms(), self.window_ms])
         return bool(int(held))
 
     def release(self, sender: str, control_reference: str, token: str) -> bool:
-        key = interchange_key(self.prefix, sender, control_reference)
+        key = self._keys.interchange(sender, control_reference)
         with map_redis_errors("intake duplicate release"):
             released = self._release(keys=[key], args=[token])
         return bool(int(released))

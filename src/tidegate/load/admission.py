@@ -42,7 +42,7 @@ import redis
 
 from tidegate.edi.classify import DocumentClass
 from tidegate.errors import ConfigurationError, LoadShed
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX
 from tidegate.load.depth import DepthProbe, QueueDepth, probe_for_app
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument

@@ -14,7 +14,7 @@ twice. The mark ends when the unit settles — delivered: :meth:`~DeadLetterQueu
 failed again: :meth:`~DeadLetterQueue.add` writes the record back and it is replayable
 again — or by itself at ``in_replay_until``, so a lost unit never blocks an operator.
 
-Layout (one ``{dlq}`` hash tag, Cluster-ready)::
+Layout (built by :meth:`tidegate.keys.Keyspace.dlq`)::
 
     <prefix>:{dlq}:records    hash  key -> record JSON
     <prefix>:{dlq}:order      zset  key by first failure (Unix seconds): FIFO
@@ -36,7 +36,7 @@ import redis
 
 from tidegate._redis import lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.logging import get_logger, key_hash
 
 __all__ = ["DEFAULT_REPLAY_HOLD_S", "DeadLetter", "DeadLetterQueue", "ReplayMark"]
@@ -136,7 +136,7 @@ class DeadLetterQueue:
 
     Args:
         client: a sync Redis client.
-        prefix: key prefix; keys share the ``{dlq}`` hash tag (see the module docstring).
+        prefix: key prefix (keys: :meth:`tidegate.keys.Keyspace.dlq`).
         clock: ms since the epoch for replay marks; ``None`` = Redis ``TIME``, the
             fleet clock (tests pass a :class:`~tidegate.flow.backends.memory.ManualClock`'s
             ``now_ms``).
@@ -150,14 +150,10 @@ class DeadLetterQueue:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.client = client
-        base = f"{prefix}:{{dlq}}"
-        self._records, self._order, self._stats = (
-            f"{base}:records",
-            f"{base}:order",
-            f"{base}:stats",
-        )
-        self._replaying = f"{base}:replaying"
-        self._replays = f"{base}:replays"
+        keys = Keyspace(prefix).dlq()
+        self._records, self._order, self._stats = keys.records, keys.order, keys.stats
+        self._replaying = keys.replaying
+        self._replays = keys.replays
         self._clock = clock
         self._mark = client.register_script(lua_script("dlq_replay_mark", "tidegate.load"))
 

@@ -40,7 +40,7 @@ import redis
 
 from tidegate._redis import lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 
 __all__ = [
     "DEFAULT_LEDGER_DOUBT_S",
@@ -125,16 +125,17 @@ class DeliveryLedger:
             raise ConfigurationError(f"doubt_s must be a finite number >= 0, got {doubt_s!r}")
         self.client = client
         self.prefix = prefix
+        self._keys = Keyspace(prefix)
         self.ttl_s = ttl_s
         self.doubt_s = doubt_s
         self._sending = client.register_script(lua_script("ledger_sending", "tidegate.load"))
         self._entry = client.register_script(lua_script("ledger_entry", "tidegate.load"))
 
     def _key(self, downstream: str, key: str) -> str:
-        return f"{self.prefix}:delivered:{{{downstream}}}:{key}"
+        return self._keys.delivered(downstream, key)
 
     def _epoch_key(self, downstream: str) -> str:
-        return f"{self.prefix}:ledger-epoch:{{{downstream}}}"
+        return self._keys.ledger_epoch(downstream)
 
     def state(self, downstream: str, key: str) -> DeliveryState:
         """Where ``key`` stands with ``downstream``."""

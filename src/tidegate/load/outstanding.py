@@ -30,7 +30,7 @@ import redis
 
 from tidegate._redis import hash_pages, lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.logging import get_logger, key_hash
 
 __all__ = [
@@ -152,23 +152,23 @@ class Outstanding:
 
     Args:
         client: a sync Redis client (tidegate's Redis, not necessarily the broker's).
-        prefix: key prefix; all keys share one ``{hash tag}``.
+        prefix: key prefix (keys: :meth:`tidegate.keys.Keyspace.outstanding`).
     """
 
     def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self.client = client
-        base = f"{prefix}:{{outstanding}}"
-        self.base = base
-        self.units_key = f"{base}:units"
-        self.misses_key = f"{base}:misses"
-        self.lock_key = f"{base}:sweep-lock"
-        self.workers_key = f"{base}:workers"
-        self.armed_key = f"{base}:armed"
-        self.present_key = f"{base}:present"
-        self.queues_key = f"{base}:queues"
-        self.seq_key = f"{base}:seq"
-        self.seen_key = f"{base}:seen"
-        self.indexed_key = f"{base}:indexed"
+        self.keys = keys = Keyspace(prefix).outstanding()
+        self.base = keys.base
+        self.units_key = keys.units
+        self.misses_key = keys.misses
+        self.lock_key = keys.sweep_lock
+        self.workers_key = keys.workers
+        self.armed_key = keys.armed
+        self.present_key = keys.present
+        self.queues_key = keys.queues
+        self.seq_key = keys.seq
+        self.seen_key = keys.seen
+        self.indexed_key = keys.indexed
         self._beat = client.register_script(lua_script("worker_beat", "tidegate.load"))
         self._take = client.register_script(lua_script("sweep_take", "tidegate.load"))
         self._record = client.register_script(lua_script("outstanding_record", "tidegate.load"))
@@ -178,11 +178,11 @@ class Outstanding:
 
     def published_key(self, lane: str) -> str:
         """Units of ``lane`` whose push is not confirmed yet (score ``s0``)."""
-        return f"{self.base}:published:{lane}"
+        return self.keys.published(lane)
 
     def pushed_key(self, lane: str) -> str:
         """Units of ``lane`` pushed to the broker (score ``s1``)."""
-        return f"{self.base}:pushed:{lane}"
+        return self.keys.pushed(lane)
 
     # -- the fleet's roll -------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import Any, cast
 import redis
 
 from tidegate._redis import hash_pages, lua_script, map_redis_errors
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.logging import get_logger
 
 __all__ = ["ParkedMessage", "ParkingLot"]
@@ -44,17 +44,13 @@ class ParkingLot:
 
     Args:
         client: a sync Redis client.
-        prefix: key prefix; all keys share one ``{hash tag}`` (Cluster-ready).
+        prefix: key prefix (keys: :meth:`tidegate.keys.Keyspace.parking`).
     """
 
     def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self.client = client
-        base = f"{prefix}:{{parking}}"
-        self._due, self._envelopes, self._inflight = (
-            f"{base}:due",
-            f"{base}:env",
-            f"{base}:inflight",
-        )
+        keys = Keyspace(prefix).parking()
+        self._due, self._envelopes, self._inflight = keys.due, keys.env, keys.inflight
         self._park = client.register_script(lua_script("park", "tidegate.load"))
         self._claim = client.register_script(lua_script("claim_due", "tidegate.load"))
 

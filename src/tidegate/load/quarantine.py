@@ -6,7 +6,7 @@ queue depth at that moment, the time — and given back through the normal intak
 once its queue has drained to the low watermark (the monitor does it automatically,
 at a bounded rate; ``tidegate quarantine replay`` does it on demand).
 
-Layout (one ``{quarantine}`` hash tag, Cluster-ready)::
+Layout (built by :meth:`tidegate.keys.Keyspace.quarantine`)::
 
     <prefix>:{quarantine}:records           hash  key -> record JSON
     <prefix>:{quarantine}:since             hash  key -> quarantine time (ms, Redis clock)
@@ -32,7 +32,7 @@ from typing import Any, cast
 import redis
 
 from tidegate._redis import lua_script, map_redis_errors
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.logging import get_logger
 
 __all__ = ["CLAIM_LEASE_MS", "Quarantine", "QuarantineClaim", "QuarantinedDocument"]
@@ -109,20 +109,22 @@ class Quarantine:
 
     def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self.client = client
-        self._base = f"{prefix}:{{quarantine}}"
-        self._records = f"{self._base}:records"
-        self._since = f"{self._base}:since"
-        self._queues = f"{self._base}:queues"
-        self._stats = f"{self._base}:stats"
+        self._keys = keys = Keyspace(prefix).quarantine()
+        self._records, self._since, self._queues, self._stats = (
+            keys.records,
+            keys.since,
+            keys.queues,
+            keys.stats,
+        )
         self._add = client.register_script(lua_script("quarantine_add", "tidegate.load"))
         self._claim = client.register_script(lua_script("quarantine_claim", "tidegate.load"))
         self._ack = client.register_script(lua_script("quarantine_ack", "tidegate.load"))
 
     def _waiting(self, queue: str) -> str:
-        return f"{self._base}:waiting:{queue}"
+        return self._keys.waiting(queue)
 
     def _inflight(self, queue: str) -> str:
-        return f"{self._base}:inflight:{queue}"
+        return self._keys.inflight(queue)
 
     # -- shedding ------------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ import redis
 
 from tidegate._redis import map_redis_errors
 from tidegate.errors import ConfigurationError
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.load.depth import QueueDepth
 from tidegate.load.sizing import PoolSize, pool_size
 from tidegate.logging import get_logger
@@ -431,7 +431,7 @@ class WatermarkStore:
     ) -> None:
         self.client = client
         self.defaults = defaults if defaults is not None else Watermarks.from_env()
-        self.key = f"{prefix}:{{load}}:watermarks"
+        self.key = Keyspace(prefix).watermarks()
 
     def _raw(self) -> dict[str, float]:
         with map_redis_errors("read watermarks"):
@@ -571,7 +571,7 @@ class LoadBoard:
 
     def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self.client = client
-        self.key = f"{prefix}:{{load}}:board"
+        self.key = Keyspace(prefix).load_board()
 
     def now_ms(self) -> float:
         """The fleet clock (Redis ``TIME``), ms since the epoch."""

@@ -46,13 +46,12 @@ from tidegate.flow.adaptive._rate import (
 )
 from tidegate.flow.adaptive._store import (
     DEFAULT_HISTORY_MAX,
-    AdaptiveKeys,
     AdaptiveRecord,
     AdaptiveStore,
     check_history_max,
 )
-from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.flow.gate import Gate
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.logging import get_logger
 
 __all__ = ["DEFAULT_LEASE_TTL_S", "AdaptiveController", "ControllerTick"]
@@ -111,7 +110,7 @@ class AdaptiveController:
         if not (isinstance(lease_ttl_s, int | float) and 0 < lease_ttl_s < 86_400):
             raise ConfigurationError(f"lease_ttl_s must be within (0, 86400), got {lease_ttl_s!r}")
         self.store = store
-        self.keys = AdaptiveKeys.build(name, prefix=prefix)
+        self.keys = Keyspace(prefix).adaptive(name)
         self.policy = policy
         self.holder = holder or _holder()
         self.lease_ttl_ms = lease_ttl_s * 1000.0

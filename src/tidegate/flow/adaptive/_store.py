@@ -33,8 +33,8 @@ from tidegate.flow.adaptive._observe import (
     observations_from_fields,
 )
 from tidegate.flow.adaptive._rate import RateState
-from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.flow.backends.memory import ManualClock
+from tidegate.keys import AdaptiveKeys
 
 __all__ = [
     "DEFAULT_HISTORY_MAX",
@@ -57,38 +57,6 @@ OBS_TTL_MS = 600_000
 #: Decision events kept per downstream: about an hour of changes at one a second,
 #: enough to explain an incident, small enough that nobody has to trim it.
 DEFAULT_HISTORY_MAX = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class AdaptiveKeys:
-    """Every key of one downstream's controller, built in one place.
-
-    The name is a ``{hash tag}`` so the lease, state and history share a Redis Cluster
-    slot: the fenced write touches all three in one script. ``policy`` holds the
-    operator's live overrides, ``obs`` the current observation window.
-    """
-
-    name: str
-    lease: str
-    state: str
-    history: str
-    policy: str
-    obs: str
-
-    @classmethod
-    def build(cls, name: str, *, prefix: str = DEFAULT_PREFIX) -> AdaptiveKeys:
-        """Keys for downstream ``name`` (``customs``, ``tos``…)."""
-        if not name or any(c in name for c in "{}") or name != name.strip():
-            raise ConfigurationError(f"invalid downstream name {name!r}")
-        base = f"{prefix}:adaptive:{{{name}}}"
-        return cls(
-            name,
-            f"{base}:lease",
-            f"{base}:state",
-            f"{base}:history",
-            f"{base}:policy",
-            f"{base}:obs",
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from tidegate.keys import DEFAULT_PREFIX, GateKeys
+
 __all__ = [
     "DEFAULT_PREFIX",
     "RENEW_LOST",
@@ -26,9 +28,6 @@ __all__ = [
     "GateSnapshot",
     "Status",
 ]
-
-#: Prefix of every key tidegate writes.
-DEFAULT_PREFIX = "tidegate"
 
 #: What a lease renewal found (``lease_renew.lua``'s reply): expired or gone …
 RENEW_LOST = 0
@@ -45,39 +44,6 @@ class Status(enum.IntEnum):
     RATE = 1
     PAUSED = 2
     CONCURRENCY = 3
-
-
-@dataclass(frozen=True, slots=True)
-class GateKeys:
-    """Every key of one limit, built in one place.
-
-    The name is wrapped in a ``{hash tag}`` so all keys of a limit live in one Redis
-    Cluster slot, which multi-key scripts require.
-    """
-
-    tat: str
-    leases: str
-    pause: str
-    config: str
-    released: str
-    admitted: str
-
-    @classmethod
-    def build(cls, name: str, *, kind: str = "gate", prefix: str = DEFAULT_PREFIX) -> GateKeys:
-        """Keys for limit ``name`` of ``kind`` (``gate``, ``rate`` or ``sem``)."""
-        base = f"{prefix}:{kind}:{{{name}}}"
-        return cls(
-            tat=f"{base}:tat",
-            leases=f"{base}:leases",
-            pause=f"{base}:pause",
-            config=f"{base}:config",
-            released=f"{base}:released",
-            admitted=f"{base}:admitted",
-        )
-
-    def as_list(self) -> list[str]:
-        """The five keys the admission script takes, in KEYS order."""
-        return [self.tat, self.leases, self.pause, self.config, self.admitted]
 
 
 class AcquireParams(NamedTuple):

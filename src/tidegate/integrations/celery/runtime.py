@@ -24,7 +24,7 @@ from tidegate.flow.adaptive import (
     AdaptiveReporter,
     RedisAdaptiveStore,
 )
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX
 from tidegate.load import DeadLetterQueue, DeliveryLedger, ParkingLot
 from tidegate.load.outstanding import Outstanding
 from tidegate.settings import Settings, adaptive_policy_from_env

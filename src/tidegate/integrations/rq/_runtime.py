@@ -13,7 +13,7 @@ from tidegate.delivery import Stores
 from tidegate.downstream import DownstreamClient
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX
 from tidegate.load import DeadLetterQueue, DeliveryLedger
 
 __all__ = ["client_for_job", "downstream_client", "gate_for", "prefix", "stores_for"]

@@ -9,8 +9,8 @@ import redis
 from rq.registry import StartedJobRegistry
 
 from tidegate._redis import map_redis_errors
-from tidegate.flow.backends.base import DEFAULT_PREFIX
 from tidegate.integrations.rq._serializer import json_queue
+from tidegate.keys import DEFAULT_PREFIX
 from tidegate.load.admission import Admission
 from tidegate.load.depth import QueueDepth
 from tidegate.load.quarantine import Quarantine
