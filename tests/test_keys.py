@@ -50,6 +50,8 @@ def test_every_family_layout_is_pinned() -> None:
     assert KS.limit("x", kind="rate").tat == "tg:rate:{x}:tat"
     assert KS.limit("x", kind="sem").leases == "tg:sem:{x}:leases"
     assert KS.limit_head() == "tg:gate:{"
+    assert KS.limits_pattern() == "tg:gate:{*"
+    assert Keyspace("a*b").limits_pattern(kind="sem") == "a\\*b:sem:{*"
     adaptive = KS.adaptive("tos")
     assert (adaptive.lease, adaptive.state, adaptive.history, adaptive.policy, adaptive.obs) == (
         "tg:adaptive:{tos}:lease",
@@ -133,6 +135,16 @@ def test_every_family_layout_is_pinned() -> None:
         "tg:intake:interchange:8c497022a857adb1c4b3d4458f56442acddf5f4a11f10207bf08e6f598fa59db"
     )
     assert KS.everything() == "tg:*"
+
+
+def test_a_limit_key_names_its_limit() -> None:
+    """The gate listing reads names back from keys; other families and prefixes are not
+    gates."""
+    assert KS.limit_name(KS.limit("tos.north").pause) == "tos.north"
+    assert KS.limit_name(KS.limit("x", kind="rate").tat) is None
+    assert KS.limit_name(KS.limit("x", kind="rate").tat, kind="rate") == "x"
+    assert KS.limit_name(Keyspace("tgx").limit("x").tat) is None
+    assert KS.limit_name("tg:gate:{no-suffix") is None
 
 
 def test_the_interchange_digest_is_length_prefixed() -> None:

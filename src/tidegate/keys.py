@@ -24,6 +24,7 @@ Keys of kombu (``_kombu.binding.*``, ``unacked``, priority sub-queues) and of RQ
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from tidegate.errors import ConfigurationError
@@ -46,6 +47,8 @@ DEFAULT_PREFIX = "tidegate"
 
 #: The kinds of flow limit, each its own family: gate, rate limiter, concurrency limiter.
 LIMIT_KINDS = ("gate", "rate", "sem")
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +222,19 @@ class Keyspace:
         """How every key of a ``kind`` limit starts (``<prefix>:gate:{``): what a scan
         for the fleet's gates matches, and the name follows."""
         return f"{self.prefix}:{kind}:{{"
+
+    def limits_pattern(self, kind: str = "gate") -> str:
+        """A ``SCAN`` pattern matching every key of every ``kind`` limit."""
+        return _GLOB_SPECIAL.sub(r"\\\1", self.limit_head(kind)) + "*"
+
+    def limit_name(self, key: str, *, kind: str = "gate") -> str | None:
+        """The name of the ``kind`` limit that ``key`` belongs to; ``None`` for a key of
+        another family or prefix."""
+        head = self.limit_head(kind)
+        if not key.startswith(head):
+            return None
+        name, sep, _ = key[len(head) :].rpartition("}:")
+        return name if sep else None
 
     def adaptive(self, name: str) -> AdaptiveKeys:
         """Keys of the adaptive controller of downstream ``name`` (``customs``, ``tos``…).

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -144,9 +143,6 @@ def _in_use(snap: GateSnapshot) -> bool:
     return bool(snap.config) or paused or snap.leases_held > 0 or snap.tat_ms is not None
 
 
-_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
-
-
 def fleet_gate_names(client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> list[str]:
     """The names of the gates the fleet holds state or live config for under ``prefix``.
 
@@ -154,13 +150,12 @@ def fleet_gate_names(client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> li
     not listed: the list says what the fleet is doing, not what it could do. Read with
     SCAN (never KEYS), so a large keyspace is not blocked.
     """
-    head = Keyspace(prefix).limit_head()
+    keys = Keyspace(prefix)
     names: set[str] = set()
     with map_redis_errors("list gates"):
-        for raw in client.scan_iter(match=_GLOB_SPECIAL.sub(r"\\\1", head) + "*", count=1000):
-            key = raw.decode() if isinstance(raw, bytes) else str(raw)
-            name, sep, _ = key[len(head) :].rpartition("}:")
-            if sep:
+        for raw in client.scan_iter(match=keys.limits_pattern(), count=1000):
+            name = keys.limit_name(raw.decode() if isinstance(raw, bytes) else str(raw))
+            if name is not None:
                 names.add(name)
     return sorted(names)
 
