@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from tidegate.cli import cli
 from tidegate.flow import Gate
-from tidegate.flow.backends.base import GateKeys
+from tidegate.keys import Keyspace
 from tidegate.settings import GatePolicy
 
 pytestmark = pytest.mark.redis
@@ -44,7 +44,7 @@ def strict_json(text: str) -> Any:
 
 
 def fleet_keys(client: redis.Redis, prefix: str) -> list[bytes]:
-    return sorted(client.scan_iter(match=f"{prefix}:*"))
+    return sorted(client.scan_iter(match=Keyspace(prefix).everything()))
 
 
 def test_set_then_show_retunes_the_running_gate(
@@ -246,7 +246,7 @@ def test_show_json_is_json_even_when_a_stored_value_is_corrupt(
     redis_url: str, redis_client: redis.Redis, prefix: str
 ) -> None:
     """An infinite lease stored by an older version is shown as invalid, and can be fixed."""
-    redis_client.hset(GateKeys.build("customs", prefix=prefix).config, "lease_ms", "inf")
+    redis_client.hset(Keyspace(prefix).limit("customs").config, "lease_ms", "inf")
 
     shown = invoke(redis_url, "gate", "show", "customs", "--json", "--prefix", prefix)
     table = invoke(redis_url, "gate", "show", "customs", "--prefix", prefix)

@@ -16,6 +16,7 @@ from tidegate.flow.adaptive import (
     RateWindow,
     RedisAdaptiveStore,
 )
+from tidegate.keys import Keyspace
 
 pytestmark = pytest.mark.redis
 
@@ -69,7 +70,7 @@ def test_a_box_upside_down_is_refused_and_nothing_is_written(
 
     assert made.exit_code == 2
     assert "--min-rate" in made.output
-    assert list(redis_client.scan_iter(match=f"{prefix}:*")) == []
+    assert list(redis_client.scan_iter(match=Keyspace(prefix).everything())) == []
 
 
 def test_show_prints_what_the_fleet_learned_and_its_history(

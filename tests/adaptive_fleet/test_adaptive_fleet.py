@@ -21,8 +21,9 @@ from celery import Celery
 
 from tidegate._redis import client_from_url
 from tidegate.flow import Gate
-from tidegate.flow.adaptive import AdaptiveKeys, RedisAdaptiveStore
+from tidegate.flow.adaptive import RedisAdaptiveStore
 from tidegate.integrations.celery import configure
+from tidegate.keys import Keyspace
 from tidegate.load import DeadLetterQueue, ParkingLot
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
@@ -118,7 +119,7 @@ def test_the_controller_survives_its_workers_sigkill_and_nothing_is_lost(
     client, prefix = adaptive_fleet["client"], adaptive_fleet["prefix"]
     customs: CustomsSim = adaptive_fleet["customs"]
     store = RedisAdaptiveStore(client)
-    keys = AdaptiveKeys.build("customs", prefix=prefix)
+    keys = Keyspace(prefix).adaptive("customs")
     gate = Gate(client, "customs", prefix=prefix)
 
     submitted = submit(adaptive_fleet["producer"], DOCUMENTS)

@@ -7,6 +7,7 @@ from celery import Celery
 
 from tidegate.errors import ConfigurationError
 from tidegate.integrations.celery import CeleryPreset, configure
+from tidegate.keys import Keyspace
 
 
 def test_preset_applies_the_safe_settings() -> None:
@@ -71,7 +72,7 @@ def test_runtime_takes_its_settings_from_the_environment(monkeypatch: pytest.Mon
     assert rt.prefix == "port-rtm"
     assert rt.client.connection_pool.connection_kwargs["db"] == 3
     assert rt.gate("customs").fail_open is True
-    assert rt.gate("customs").limit.keys.tat.startswith("port-rtm:gate:{customs}")
+    assert rt.gate("customs").limit.keys == Keyspace("port-rtm").limit("customs")
 
 
 def test_runtime_without_any_redis_is_a_configuration_error(

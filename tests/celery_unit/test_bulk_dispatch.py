@@ -22,6 +22,7 @@ from tidegate.edi.synthetic import synthetic_ifcsum
 from tidegate.integrations.celery import setup
 from tidegate.integrations.celery.gated import REPLAY_HEADER
 from tidegate.integrations.celery.runtime import runtime
+from tidegate.keys import Keyspace
 from tidegate.load import DeadLetterQueue
 
 pytestmark = pytest.mark.redis
@@ -112,7 +113,7 @@ def test_an_unreadable_manifest_is_dead_lettered_whole(
     assert letter.payload == {"args": [manifest], "kwargs": {}, "queue": "bulk.dispatch"}
     assert fanouts == {}
     assert not store(app, prefix).dispatched("b-bad")
-    assert runtime(app).client.exists(f"{prefix}:batch:{{b-bad}}:units") == 0
+    assert runtime(app).client.exists(Keyspace(prefix).batch("b-bad").units) == 0
     events = [entry["event"] for entry in logs]
     assert events.count("task_dead_lettered") == 1
     assert PERSONAL not in json.dumps(logs, default=str)

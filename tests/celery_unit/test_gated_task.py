@@ -29,6 +29,7 @@ from tidegate.integrations.celery.gated import (
     FIRST_FAILED_HEADER,
 )
 from tidegate.integrations.celery.runtime import runtime
+from tidegate.keys import Keyspace
 from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState, ParkingLot
 from tidegate.load.ledger import LedgerEntry
 from tidegate.load.outstanding import Outstanding, OutstandingUnit
@@ -82,7 +83,7 @@ def _task(app: Celery, tos: TosSim, calls: list[str], **options: Any) -> Any:
 def _parked(client: redis.Redis, prefix: str) -> list[dict[str, Any]]:
     """The envelopes in the parking lot (claimed by nobody: no mover runs here)."""
     assert ParkingLot(client, prefix=prefix).depth() >= 0
-    return [json.loads(raw) for raw in client.hvals(f"{prefix}:{{parking}}:env")]
+    return [json.loads(raw) for raw in client.hvals(Keyspace(prefix).parking().env)]
 
 
 def _ledger(client: redis.Redis, prefix: str) -> DeliveryLedger:
@@ -562,7 +563,7 @@ def test_after_a_redis_restart_a_unit_without_a_record_asks_first(
     looking new. The ledger last saw another Redis run, so it is in doubt: ask."""
     with DownstreamClient("tos", tos.url) as client:
         client.send(tos.path, {"edifact": "x"}, idempotency_key=ENVELOPE["key"])
-    redis_client.hset(f"{prefix}:ledger-epoch:{{tos}}", "run_id", "0" * 40)
+    redis_client.hset(Keyspace(prefix).ledger_epoch("tos"), "run_id", "0" * 40)
     calls: list[str] = []
     push = _task(app, tos, calls)
 

@@ -22,6 +22,7 @@ from tidegate.console.access import Role
 from tidegate.console.csrf import CsrfTokens
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
+from tidegate.keys import GateKeys, Keyspace
 
 pytestmark = pytest.mark.redis
 
@@ -250,7 +251,8 @@ def test_an_unknown_gate_is_refused_and_gets_no_keys(
         data={"csrf": csrf_of(page.text), "target": "custom", "seconds": "60", "confirmed": "yes"},
     )
     assert answer.status_code == 400
-    assert list(redis_client.scan_iter(match=f"{prefix}:gate:{{custom}}*")) == []
+    keys = Keyspace(prefix).limit("custom")
+    assert redis_client.exists(*(getattr(keys, f) for f in GateKeys.__slots__)) == 0
 
 
 def test_unknown_action_is_refused(

@@ -31,6 +31,7 @@ from tidegate.flow.adaptive import (
     windows,
 )
 from tidegate.flow.backends import ManualClock, MemoryBackend
+from tidegate.keys import Keyspace
 from tidegate.settings import GatePolicy
 
 STORES = [
@@ -54,7 +55,7 @@ def store(request: pytest.FixtureRequest, clock: ManualClock) -> AdaptiveStore:
 
 @pytest.fixture
 def keys(prefix: str) -> AdaptiveKeys:
-    return AdaptiveKeys.build("customs", prefix=prefix)
+    return Keyspace(prefix).adaptive("customs")
 
 
 # -- the observation window ------------------------------------------------------------

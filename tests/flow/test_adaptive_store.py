@@ -31,6 +31,7 @@ from tidegate.flow.adaptive import (
 )
 from tidegate.flow.adaptive._store import decode_record
 from tidegate.flow.backends import ManualClock
+from tidegate.keys import Keyspace
 
 STORES = [
     pytest.param("memory", id="memory"),
@@ -56,7 +57,7 @@ def store(request: pytest.FixtureRequest, clock: ManualClock) -> AdaptiveStore:
 
 @pytest.fixture
 def keys(prefix: str) -> AdaptiveKeys:
-    return AdaptiveKeys.build("customs", prefix=prefix)
+    return Keyspace(prefix).adaptive("customs")
 
 
 RATE = RateState(rate=4.5, ceiling=6.0, last_rejection_ms=T0, updated_ms=T0)

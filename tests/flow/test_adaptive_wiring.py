@@ -12,13 +12,13 @@ from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.flow.adaptive import (
     AdaptiveController,
-    AdaptiveKeys,
     AdaptiveLoop,
     AdaptivePolicy,
     AdaptiveReporter,
     RatePolicy,
     RedisAdaptiveStore,
 )
+from tidegate.keys import Keyspace
 from tidegate.ops.metrics import registry_for
 from tidegate.settings import GatePolicy, adaptive_policy_from_env
 
@@ -89,7 +89,7 @@ def test_one_loop_leads_and_another_takes_over_when_it_stops(
     tick takes over, from the state the first learned."""
     first, second = _loop(redis_client, prefix, "w1"), _loop(redis_client, prefix, "w2")
     reporter = AdaptiveReporter(second.controller, second.gate)
-    keys = AdaptiveKeys.build("customs", prefix=prefix)
+    keys = Keyspace(prefix).adaptive("customs")
     store = RedisAdaptiveStore(redis_client)
 
     first.tick()
@@ -136,7 +136,4 @@ def test_the_loop_thread_ticks_and_stops(redis_client: redis.Redis, prefix: str)
 
     assert loop._thread is not None
     assert not loop._thread.is_alive()
-    assert (
-        RedisAdaptiveStore(redis_client).leader(AdaptiveKeys.build("customs", prefix=prefix))
-        is None
-    )
+    assert RedisAdaptiveStore(redis_client).leader(Keyspace(prefix).adaptive("customs")) is None

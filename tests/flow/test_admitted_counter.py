@@ -10,7 +10,8 @@ from typing import Any
 
 from tidegate.flow import Gate
 from tidegate.flow.backends import ManualClock
-from tidegate.flow.backends.base import AcquireParams, GateKeys, Status
+from tidegate.flow.backends.base import AcquireParams, Status
+from tidegate.keys import Keyspace
 from tidegate.settings import GatePolicy
 
 
@@ -22,7 +23,7 @@ def _params(cost: int, *, max_wait_ms: float = 0.0, holder: str = "") -> Acquire
 def test_counts_cost_and_reserved_slots_not_refusals(backend: Any, prefix: str) -> None:
     """Burst 5: cost 3 and cost 2 admitted now; cost 2 refused (no wait allowed); cost 2
     admitted into a reserved future slot; then refused by a pause. 3 + 2 + 2 = 7."""
-    keys = GateKeys.build("customs", prefix=prefix)
+    keys = Keyspace(prefix).limit("customs")
     assert backend.snapshot(keys).admitted_total == 0
     assert backend.acquire(keys, _params(3)).status is Status.ADMITTED
     assert backend.acquire(keys, _params(2)).status is Status.ADMITTED
@@ -41,7 +42,7 @@ def test_counts_cost_and_reserved_slots_not_refusals(backend: Any, prefix: str) 
 
 def test_a_capped_gate_counts_admissions_not_lease_refusals(backend: Any, prefix: str) -> None:
     """Concurrency 1: the first is admitted (leased), the second refused for the cap."""
-    keys = GateKeys.build("tos", prefix=prefix)
+    keys = Keyspace(prefix).limit("tos")
     params = AcquireParams(1, 0.0, 1, 1, 30_000.0, 0.0, "h1", True, True)
     assert backend.acquire(keys, params).status is Status.ADMITTED
     other = params._replace(holder="h2")

@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 
 from tidegate.errors import Throttled
 from tidegate.flow import ConcurrencyLimiter, Gate
+from tidegate.keys import Keyspace
 from tidegate.settings import GatePolicy
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -97,7 +98,7 @@ def test_pause_is_honoured_by_every_process(
         assert proc.stdout.readline().strip() == "ready"
 
     gate.pause(1.5, "http_429")
-    paused_until_ms = float(redis_client.hget(f"{prefix}:gate:{{customs}}:pause", "until_ms"))  # type: ignore[arg-type]
+    paused_until_ms = float(redis_client.hget(Keyspace(prefix).limit("customs").pause, "until_ms"))  # type: ignore[arg-type]
     for proc in procs:
         assert proc.stdin is not None
         proc.stdin.write("go\n")

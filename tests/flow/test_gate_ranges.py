@@ -15,8 +15,8 @@ import redis
 
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
-from tidegate.flow.backends.base import GateKeys
 from tidegate.flow.gate import fleet_gate_names
+from tidegate.keys import Keyspace
 from tidegate.settings import MAX_PAUSE_S, GatePolicy
 
 DEFAULTS = GatePolicy(rate=2.0, burst=2, concurrency=3, lease_s=30.0)
@@ -81,7 +81,7 @@ def test_a_corrupt_stored_value_is_shown_and_can_be_overwritten(
     redis_client: redis.Redis, prefix: str
 ) -> None:
     """An infinite lease stored by an older version neither breaks state() nor configure()."""
-    keys = GateKeys.build("customs", prefix=prefix)
+    keys = Keyspace(prefix).limit("customs")
     redis_client.hset(keys.config, mapping={"lease_ms": "inf", "rate": "4.0"})
     gate = Gate(redis_client, "customs", policy=DEFAULTS, prefix=prefix)
 
@@ -104,11 +104,11 @@ def test_fleet_gate_names_lists_gates_with_state_under_the_prefix_only(
     Gate(redis_client, "tos.north", policy=DEFAULTS, prefix=prefix).pause(30, "maintenance")
     Gate(redis_client, "docstore", policy=DEFAULTS, prefix=prefix).try_acquire()
     Gate(redis_client, "elsewhere", policy=DEFAULTS, prefix=prefix + "x").configure(rate=1.0)
-    redis_client.set(f"{prefix}:rate:{{limiter}}:tat", 1)
+    redis_client.set(Keyspace(prefix).limit("limiter", kind="rate").tat, 1)
 
     try:
         names = fleet_gate_names(redis_client, prefix=prefix)
     finally:
-        redis_client.delete(*redis_client.keys(f"{prefix}x:*"))
+        redis_client.delete(*redis_client.keys(Keyspace(prefix + "x").everything()))
 
     assert names == ["customs", "docstore", "tos.north"]

@@ -16,9 +16,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidegate.flow.backends import AcquireParams, GateKeys, ManualClock, Status
+from tidegate.flow.backends import AcquireParams, ManualClock, Status
 from tidegate.flow.backends.redis import RedisBackend
 from tidegate.flow.gcra import gcra_reserve
+from tidegate.keys import Keyspace
 
 requests = st.lists(
     st.tuples(
@@ -102,7 +103,7 @@ def test_lua_script_decides_exactly_like_the_python_reference(
     """Differential test: gate_acquire.lua and gcra_reserve agree on every decision."""
     clock = ManualClock(start_ms=1_700_000_000_000.0)
     backend = RedisBackend(redis_client, clock=clock)
-    keys = GateKeys.build(f"diff-{rate}-{burst}-{len(seq)}", kind="rate", prefix=prefix)
+    keys = Keyspace(prefix).limit(f"diff-{rate}-{burst}-{len(seq)}", kind="rate")
     redis_client.delete(keys.tat)
     tat = None
     for gap, cost, max_wait in seq:

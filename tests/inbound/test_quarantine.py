@@ -7,6 +7,7 @@ import redis
 from structlog.testing import capture_logs
 
 from tidegate.errors import ConfigurationError
+from tidegate.keys import Keyspace
 from tidegate.load.depth import QueueDepth
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.load.watermarks import (
@@ -89,7 +90,7 @@ def test_a_claim_never_acked_goes_back_in_line(redis_client: redis.Redis, prefix
     store = Quarantine(redis_client, prefix=prefix)
     store.add(doc("a"))
     (claimed,) = store.claim("bulk.documents", 1, lease_ms=1)
-    redis_client.zadd(f"{prefix}:{{quarantine}}:inflight:bulk.documents", {"a": 0})
+    redis_client.zadd(Keyspace(prefix).quarantine().inflight("bulk.documents"), {"a": 0})
     (again,) = store.claim("bulk.documents", 1)
     assert again.key == claimed.key == "a"
     assert again.quarantined_at == claimed.quarantined_at

@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from tidegate.errors import BackendUnavailable, ConfigurationError
+from tidegate.keys import Keyspace
 from tidegate.load import DeliveryLedger, DeliveryState
 
 pytestmark = pytest.mark.redis
@@ -40,7 +41,9 @@ def test_every_record_expires(redis_client: redis.Redis, prefix: str) -> None:
     ledger = DeliveryLedger(redis_client, prefix=prefix, ttl_s=120)
     ledger.sending("tos", "K-3")
     ledger.mark("tos", "K-4")
-    ttls = [redis_client.ttl(k) for k in redis_client.scan_iter(match=f"{prefix}:delivered:*")]
+    ttls = [
+        redis_client.ttl(k) for k in redis_client.scan_iter(match=Keyspace(prefix).delivered_all())
+    ]
     assert len(ttls) == 2
     assert all(0 < t <= 120 for t in ttls)
 
@@ -83,7 +86,7 @@ def test_an_entry_written_before_send_times_were_kept_is_sending_without_one(
     redis_client: redis.Redis, prefix: str
 ) -> None:
     ledger = DeliveryLedger(redis_client, prefix=prefix)
-    redis_client.set(f"{prefix}:delivered:{{tos}}:K-8", b"s")
+    redis_client.set(Keyspace(prefix).delivered("tos", "K-8"), b"s")
     entry = ledger.entry("tos", "K-8")
     assert (entry.state, entry.sent_at_ms) == (DeliveryState.SENDING, None)
 

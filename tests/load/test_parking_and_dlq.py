@@ -8,6 +8,7 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
+from tidegate.keys import Keyspace
 from tidegate.load import DeadLetter, DeadLetterQueue, ParkingLot
 from tidegate.load.parking import CLAIM_LEASE_MS
 
@@ -38,7 +39,7 @@ def test_a_claim_not_acked_comes_back_after_its_lease(
     message_id = lot.park({"task": "t"}, delay_s=0, reason="test")
     (claimed,) = lot.claim_due()
     # Age the claim past its lease instead of waiting 30 s for it.
-    inflight = f"{prefix}:{{parking}}:inflight"
+    inflight = Keyspace(prefix).parking().inflight
     redis_client.zincrby(inflight, -(CLAIM_LEASE_MS + 1000), message_id)
 
     reclaimed = lot.claim_due()

@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 from tidegate._redis import client_from_url
 from tidegate.errors import ConfigurationError
 from tidegate.flow.backends.memory import ManualClock
+from tidegate.keys import Keyspace
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.replay import ReplayResult, replay_dead_letters
 
@@ -131,7 +132,7 @@ def test_a_letter_in_replay_shows_it_until_its_unit_is_delivered(
     assert resolved
     assert dlq.get(key) is None
     assert dlq.stats()["in_replay"] == 0
-    assert redis_client.zcard(f"{prefix}:{{dlq}}:replaying") == 0
+    assert redis_client.zcard(Keyspace(prefix).dlq().replaying) == 0
 
 
 def test_a_replayed_unit_that_fails_again_comes_back_replayable(
