@@ -1,6 +1,6 @@
 """Quarantine replays that cannot double up, against a real Redis broker.
 
-A document is claimed for one replayer atomically (``quarantine_claim.lua``); a second
+A document is claimed for one replayer atomically (``lease_claim.lua``); a second
 replay skips what the first holds, says how many, and takes the later ones.
 """
 

@@ -5,8 +5,8 @@ its backlog of reservations is long) must not hold the message, and must not use
 Celery ``countdown``/``eta`` either: ETA tasks sit in worker memory until due (Celery
 #9849), which rebuilds exactly the memory balloon prefetch 1 avoided. Instead the
 message is *parked* here — durable, in Redis, invisible to the workers — and a mover
-republishes it when due. Claiming is crash-safe (``claim_due.lua``): a mover that dies
-between claim and republish loses nothing.
+republishes it when due. Claiming is crash-safe (``lease_claim.lua``, the quarantine's
+claim too): a mover that dies between claim and republish loses nothing.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class ParkingLot:
         keys = Keyspace(prefix).parking()
         self._due, self._envelopes, self._inflight = keys.due, keys.env, keys.inflight
         self._park = client.register_script(lua_script("park", "tidegate.load"))
-        self._claim = client.register_script(lua_script("claim_due", "tidegate.load"))
+        self._claim = client.register_script(lua_script("lease_claim", "tidegate.load"))
 
     def park(self, envelope: Mapping[str, Any], *, delay_s: float, reason: str) -> str:
         """Store ``envelope`` until ``delay_s`` from now (fleet clock); return its id."""
@@ -75,11 +75,11 @@ class ParkingLot:
     def claim_due(self, limit: int = 100) -> list[ParkedMessage]:
         """Claim up to ``limit`` due messages; :meth:`ack` each after republishing it."""
         with map_redis_errors("claim parked"):
-            flat = self._claim(
-                [self._due, self._envelopes, self._inflight], ["", limit, CLAIM_LEASE_MS]
+            _held, *flat = self._claim(
+                [self._due, self._inflight, self._envelopes], ["", limit, CLAIM_LEASE_MS, "due"]
             )
         return [
-            ParkedMessage(flat[i].decode(), json.loads(flat[i + 1])) for i in range(0, len(flat), 2)
+            ParkedMessage(flat[i].decode(), json.loads(flat[i + 1])) for i in range(0, len(flat), 3)
         ]
 
     def ack(self, message_id: str) -> None:

@@ -117,7 +117,7 @@ class Quarantine:
             keys.stats,
         )
         self._add = client.register_script(lua_script("quarantine_add", "tidegate.load"))
-        self._claim = client.register_script(lua_script("quarantine_claim", "tidegate.load"))
+        self._claim = client.register_script(lua_script("lease_claim", "tidegate.load"))
         self._ack = client.register_script(lua_script("quarantine_ack", "tidegate.load"))
 
     def _waiting(self, queue: str) -> str:
@@ -183,7 +183,7 @@ class Quarantine:
                 return QuarantineClaim([], int(self.client.zcard(self._inflight(queue))))
             held, *flat = self._claim(
                 [self._waiting(queue), self._inflight(queue), self._records, self._since],
-                ["", int(limit), int(lease_ms)],
+                ["", int(limit), int(lease_ms), "oldest"],
             )
         documents = [
             QuarantinedDocument._load(flat[i + 1], float(flat[i + 2]))
