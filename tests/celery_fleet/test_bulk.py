@@ -117,8 +117,10 @@ def test_replay_of_a_unit_that_fails_again_keeps_it_with_one_more_attempt(fleet:
 
 
 def test_worker_killed_mid_batch_still_gives_every_bl_once(fleet: Any) -> None:
-    """SIGKILL a pool process during the fan-out: its unit is redelivered, counts hold."""
-    text, bls = _manifest(seed=13)
+    """SIGKILL a pool process during the fan-out: its unit is redelivered, counts hold.
+
+    800 B/Ls are enough: the kill lands while hundreds are still queued."""
+    text, bls = _manifest(seed=13, count=800)
     fleet.producer.send_task(
         "bulk.dispatch", args=[{"batch_id": "b-kill", "edifact": text}], queue="bulk.dispatch"
     )
@@ -127,7 +129,9 @@ def test_worker_killed_mid_batch_still_gives_every_bl_once(fleet: Any) -> None:
     assert children, "the bulk pool has worker processes"
     os.kill(children[0].pid, signal.SIGKILL)
 
-    fleet.wait_for(lambda: fleet.tos.stats(timeline=False)["distinct_keys"] == BLS, timeout_s=300)
+    fleet.wait_for(
+        lambda: fleet.tos.stats(timeline=False)["distinct_keys"] == len(bls), timeout_s=300
+    )
     fleet.wait_for(lambda: fleet.client.llen("bl.parse") == 0, timeout_s=60)
 
     stats = fleet.tos.stats(timeline=False)
