@@ -15,14 +15,13 @@ can have lost a message, and only its death *arms* a few orphan sweeps
 
 How an armed sweep finds the units that can have been lost without reading the queues
 (publish sequences ``s0``/``s1`` and the oldest queued message) is explained in
-:mod:`tidegate.load.sweep_index`, which reads the index this registry keeps.
+:mod:`tidegate.integrations.celery.sweep_index`, which reads the index this registry keeps.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -41,7 +40,6 @@ __all__ = [
     "Outstanding",
     "OutstandingUnit",
     "find_orphans",
-    "lane_of",
 ]
 
 log = get_logger("tidegate.load")
@@ -100,17 +98,6 @@ class OrphanVerdict:
 
     orphans: list[OutstandingUnit]
     misses: dict[str, int]
-
-
-def lane_of(queue: str, priority: Any, steps: Sequence[int], sep: str) -> str:
-    """The kombu list (without key prefix) a message of ``priority`` goes to: kombu's
-    Redis channel clamps it to 0..9 (0 when absent) and takes the largest step below."""
-    try:
-        level = min(max(int(priority), 0), 9)
-    except (TypeError, ValueError):
-        level = 0
-    step = steps[bisect.bisect(steps, level) - 1]
-    return queue if step == 0 else f"{queue}{sep}{step}"
 
 
 def find_orphans(

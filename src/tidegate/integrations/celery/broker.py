@@ -57,7 +57,7 @@ _REQUEUE_HOOKS: list[Callable[[Any], None]] = []
 def on_requeue(hook: Callable[[Any], None]) -> Callable[[], None]:
     """Call ``hook(message)`` after a message was pushed back at the newest end of its
     list (a reject with requeue); returns the function that removes it. The orphan
-    sweep counts such a message as published anew (:mod:`tidegate.load.sweep_index`)."""
+    sweep counts such a message as published anew (:mod:`.sweep_index`)."""
     _REQUEUE_HOOKS.append(hook)
 
     def remove() -> None:

@@ -11,14 +11,14 @@ process publishes (the intake, a worker's aggregate, the parking mover):
   message was pushed again at the newest end, a new ``s1`` (:meth:`Outstanding.requeued`).
 
 Why two sequences let the sweep work without reading the queues:
-:mod:`tidegate.load.sweep_index`. A record that cannot be written (Redis down) is
+:mod:`tidegate.integrations.celery.sweep_index`. A record that cannot be written (Redis down) is
 logged and the publish goes on: the sweep only protects what it knows.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from celery import Celery, signals
@@ -26,13 +26,12 @@ from celery import Celery, signals
 from tidegate.delivery import unit_key
 from tidegate.errors import BackendError, ConfigurationError
 from tidegate.integrations.celery.broker import on_requeue
-from tidegate.load.depth import KOMBU_PRIORITY_STEPS, KOMBU_SEP
+from tidegate.integrations.celery.kombu_redis import KombuRedisLayout
 from tidegate.load.outstanding import (
     LANE_HEADER,
     SEQ_HEADER,
     Outstanding,
     OutstandingUnit,
-    lane_of,
 )
 from tidegate.logging import get_logger, key_hash
 
@@ -67,12 +66,10 @@ class _Tracker:
             return None  # not protocol 2: nothing tidegate publishes
         return unit_key(body[0], body[1])  # None: not a unit, not tracked
 
-    def layout(self) -> tuple[Sequence[int], str]:
-        """kombu's priority steps and separator, as the app's transport options set them."""
+    def layout(self) -> KombuRedisLayout:
+        """kombu's layout, as the app's transport options set it."""
         conf = self.app.conf.broker_transport_options if self.app is not None else None
-        options = conf or {}
-        steps = sorted({int(s) for s in options.get("priority_steps", KOMBU_PRIORITY_STEPS)})
-        return steps, str(options.get("sep", KOMBU_SEP))
+        return KombuRedisLayout.from_transport_options(conf)
 
     def on_publish(
         self,
@@ -86,8 +83,7 @@ class _Tracker:
         key = self.unit_of(sender, body)
         if key is None or sender is None or headers is None or not routing_key:
             return
-        steps, sep = self.layout()
-        lane = lane_of(routing_key, (properties or {}).get("priority"), steps, sep)
+        lane = self.layout().lane_for(routing_key, (properties or {}).get("priority"))
         unit = OutstandingUnit(
             key, sender, str(headers["id"]), routing_key, list(body[0]), body[1], lane
         )
