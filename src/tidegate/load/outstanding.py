@@ -160,6 +160,7 @@ class Outstanding:
         self._take = client.register_script(lua_script("sweep_take", "tidegate.load"))
         self._record = client.register_script(lua_script("outstanding_record", "tidegate.load"))
         self._pushed = client.register_script(lua_script("outstanding_pushed", "tidegate.load"))
+        self._publish = client.register_script(lua_script("outstanding_publish", "tidegate.load"))
         self._drop = client.register_script(lua_script("outstanding_drop", "tidegate.load"))
         self._requeued = client.register_script(lua_script("outstanding_requeued", "tidegate.load"))
 
@@ -212,6 +213,33 @@ class Outstanding:
         with map_redis_errors("outstanding record"):
             args = [unit.key, unit.to_json(), self.base, unit.queue, unit.index_lane]
             return int(self._record(keys, args))
+
+    def publish_keys_args(
+        self, unit: OutstandingUnit, list_key: str, head: str, tail: str
+    ) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of ``outstanding_publish.lua`` (see :meth:`publish`)."""
+        keys = [self.units_key, self.misses_key, self.queues_key, self.seq_key, self.indexed_key]
+        args = [unit.key, unit.to_json(), self.base, unit.queue, unit.index_lane, head, tail]
+        return [*keys, list_key], args
+
+    @property
+    def publish_script(self) -> str:
+        """The text of ``outstanding_publish.lua``, for a pipeline that runs it by EVAL."""
+        return str(self._publish.script)
+
+    def publish(
+        self, unit: OutstandingUnit, list_key: str, head: str, tail: str
+    ) -> tuple[int, int]:
+        """:meth:`record`, the broker's LPUSH of ``head + s0 + tail`` to ``list_key``,
+        and :meth:`pushed`, in one round trip; returns ``(s0, s1)``.
+
+        Only for a broker list on this registry's own Redis server and database. Redis
+        errors are raised as redis-py raises them, as the LPUSH alone would be, so that
+        the publisher's retry policy still recognises them.
+        """
+        keys, args = self.publish_keys_args(unit, list_key, head, tail)
+        s0, s1 = cast("list[int]", self._publish(keys, args))
+        return int(s0), int(s1)
 
     def pushed(self, key: str, lane: str, s0: int, *, s1: int | None = None) -> int:
         """The message recorded under ``s0`` is in the broker (list ``lane``): index the
