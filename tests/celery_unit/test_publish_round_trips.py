@@ -148,3 +148,28 @@ def test_a_registry_on_another_database_keeps_the_separate_calls(
         other.delete(*other.keys(f"{prefix}:*") or ["-"])
         other.close()
         app.close()
+
+
+def test_a_publish_through_another_transport_is_still_recorded(
+    ctx: dict[str, Any], redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The app is on tidegate's channel but this publish goes through a connection of
+    kombu's own transport (no channel hook runs): the unit is recorded and confirmed
+    after the push, and said (``outstanding_recorded_late``), never left untracked."""
+    from kombu import Connection
+    from structlog.testing import capture_logs
+
+    out: Outstanding = ctx["outstanding"]
+    with Connection(redis_url) as conn, capture_logs() as logs:
+        ctx["app"].send_task(
+            TASK, args=[{"key": "L1", "body": "x"}], queue=ctx["queue"], connection=conn
+        )
+    (message,) = _messages(redis_client, ctx["queue"])
+    assert SEQ_HEADER not in message["headers"]
+    unit = out.get("L1")
+    assert unit is not None
+    assert unit.task_id == message["headers"]["id"]
+    assert redis_client.zscore(out.pushed_key(ctx["queue"]), "L1") is not None
+    assert [e["event"] for e in logs if e["event"].startswith("outstanding_")] == [
+        "outstanding_recorded_late"
+    ]
