@@ -73,7 +73,7 @@ def rabbitmq_management_url(rabbitmq_url: str) -> str:
     derived from the broker URL), checked with one request; ``.ci/run`` enables it."""
     import httpx
 
-    from tidegate.load.depth import management_url_for
+    from tidegate.integrations.celery.depth import management_url_for
 
     url = os.environ.get("RABBITMQ_MANAGEMENT_URL") or management_url_for(rabbitmq_url)
     try:

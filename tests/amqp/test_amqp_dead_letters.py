@@ -24,8 +24,8 @@ from tidegate.integrations.celery.amqp_drain import (
     letter_from_dead_message,
 )
 from tidegate.integrations.celery.amqp_topology import AmqpTopology, declare_dead_letters
+from tidegate.integrations.celery.depth import AmqpDepthProbe
 from tidegate.load import DeadLetterQueue, ParkingLot
-from tidegate.load.depth import AmqpDepthProbe
 
 ENVELOPE = {"key": "VERMAS-0001", "type": "VERMAS", "bl_number": "BL42", "batch_id": "b-7"}
 

@@ -12,7 +12,7 @@ import structlog
 from kombu import Connection, Queue
 
 from tidegate.integrations.celery.amqp_topology import AmqpTopology
-from tidegate.load.depth import AmqpDepthProbe
+from tidegate.integrations.celery.depth import AmqpDepthProbe
 
 
 def test_a_fresh_quorum_queue_reads_as_zero_without_a_warning(

@@ -13,7 +13,7 @@ import time
 
 from kombu import Connection, Queue
 
-from tidegate.load.depth import AmqpDepthProbe
+from tidegate.integrations.celery.depth import AmqpDepthProbe
 
 THREADS = 8
 SAMPLES_PER_THREAD = 40

@@ -12,9 +12,9 @@ from kombu import Connection
 
 from tidegate.cli import cli
 from tidegate.integrations.celery import CeleryPreset, configure
+from tidegate.integrations.celery.depth import AmqpDepthProbe
 from tidegate.integrations.celery.preset import ensure_queue
 from tidegate.load import DeadLetter, DeadLetterQueue
-from tidegate.load.depth import AmqpDepthProbe
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from kombu import Connection, Queue
 
 from tidegate.cli.monitor import build_replay_admission, metrics, monitor, watermarks
 from tidegate.integrations.celery import CeleryPreset, configure
-from tidegate.load.depth import AmqpDepthProbe
+from tidegate.integrations.celery.depth import AmqpDepthProbe
 from tidegate.logging import configure as configure_logging
 
 

@@ -29,8 +29,9 @@ from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.integrations.celery import configure
 from tidegate.integrations.celery.amqp_topology import AmqpTopology
+from tidegate.integrations.celery.depth import probe_from_url
 from tidegate.load import DeadLetterQueue, ParkingLot
-from tidegate.load.depth import DepthProbe, probe_from_url
+from tidegate.load.depth import DepthProbe
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.fleet import Fleet, Pool
 from tidegate.sim import CustomsSim, TosSim

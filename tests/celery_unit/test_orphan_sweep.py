@@ -16,9 +16,9 @@ from celery import Celery
 from structlog.testing import capture_logs
 
 from tidegate.errors import ConfigurationError
+from tidegate.integrations.celery.depth import RedisDepthProbe
 from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
 from tidegate.load import DeliveryLedger, ParkingLot
-from tidegate.load.depth import RedisDepthProbe
 from tidegate.load.outstanding import Outstanding, OutstandingUnit, find_orphans
 from tidegate.logging import key_hash
 

@@ -1,5 +1,5 @@
 """The orphan sweep without reading the queues: its edges, against a real Redis broker
-and real kombu messages (see :mod:`tidegate.load.sweep_index` for the reasoning)."""
+and real kombu messages (see :mod:`tidegate.integrations.celery.sweep_index` for the reasoning)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from celery import Celery
 from structlog.testing import capture_logs
 
 from tidegate.integrations.celery.broker import install_write_tolerant_broker
+from tidegate.integrations.celery.depth import RedisDepthProbe
 from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
 from tidegate.load import DeliveryLedger, ParkingLot
-from tidegate.load.depth import RedisDepthProbe
 from tidegate.load.outstanding import SEQ_HEADER, Outstanding, OutstandingUnit
 
 TASK = "unit.sweep.push"

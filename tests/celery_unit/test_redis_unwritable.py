@@ -25,10 +25,10 @@ from tidegate.errors import BackendUnavailable, BackendUnwritable
 from tidegate.flow import Gate
 from tidegate.integrations.celery import GatedTask, setup
 from tidegate.integrations.celery.broker import TRANSPORT, Transport, WriteTolerantQoS
+from tidegate.integrations.celery.depth import RedisDepthProbe
 from tidegate.integrations.celery.discards import DiscardGuard
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.load import DeadLetter, DeadLetterQueue, ParkingLot
-from tidegate.load.depth import RedisDepthProbe
 from tidegate.ops.metrics import registry_for
 from tidegate.ops.monitor import Monitor
 from tidegate.redis_server import EmbeddedRedis

@@ -16,8 +16,10 @@ from structlog.testing import capture_logs
 
 from tidegate.edi.classify import DocumentClass
 from tidegate.errors import ConfigurationError, LoadShed, PayloadTooLarge
-from tidegate.load.admission import Admission, CelerySender, Inbound, Outcome
-from tidegate.load.depth import QueueDepth, RedisDepthProbe
+from tidegate.integrations.celery.depth import RedisDepthProbe
+from tidegate.integrations.celery.sender import CelerySender
+from tidegate.load.admission import Admission, Inbound, Outcome
+from tidegate.load.depth import QueueDepth
 from tidegate.load.quarantine import Quarantine
 from tidegate.load.shedding import SheddingPolicy
 from tidegate.load.watermarks import (

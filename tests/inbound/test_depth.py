@@ -15,7 +15,7 @@ from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from tidegate.errors import ConfigurationError
-from tidegate.load.depth import (
+from tidegate.integrations.celery.depth import (
     AmqpDepthProbe,
     RedisDepthProbe,
     management_url_for,

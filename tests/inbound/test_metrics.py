@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 from tidegate.downstream import DownstreamClient
 from tidegate.errors import ConfigurationError, DownstreamThrottled
 from tidegate.flow import Gate
-from tidegate.load.depth import QueueDepth, RedisDepthProbe
+from tidegate.integrations.celery.depth import RedisDepthProbe
+from tidegate.load.depth import QueueDepth
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.load.watermarks import BoardEntry, LoadBoard, LoadState, Watermarks, WatermarkStore

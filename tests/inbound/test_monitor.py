@@ -11,8 +11,9 @@ from celery import Celery
 from structlog.testing import capture_logs
 
 from tidegate.flow import Gate
-from tidegate.load.admission import Admission, CelerySender, Inbound
-from tidegate.load.depth import RedisDepthProbe
+from tidegate.integrations.celery.depth import RedisDepthProbe
+from tidegate.integrations.celery.sender import CelerySender
+from tidegate.load.admission import Admission, Inbound
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.load.shedding import SheddingPolicy
 from tidegate.load.watermarks import LoadBoard, ScalingPolicy, Signal, Watermarks, WatermarkStore

@@ -25,8 +25,9 @@ from celery import Celery
 
 from tidegate.edi import DEFAULT_ROUTES, Route, iso6346_check_digit
 from tidegate.errors import ConfigurationError
-from tidegate.load.admission import Admission, CelerySender
-from tidegate.load.depth import RedisDepthProbe
+from tidegate.integrations.celery.depth import RedisDepthProbe
+from tidegate.integrations.celery.sender import CelerySender
+from tidegate.load.admission import Admission
 from tidegate.load.quarantine import Quarantine
 from tidegate.load.watermarks import Watermarks, WatermarkStore
 from tidegate.redis_server import EmbeddedRedis

@@ -18,7 +18,8 @@ from tidegate.edi.classify import VERMAS
 from tidegate.errors import BackendUnavailable, PayloadTooLarge
 from tidegate.intake import AdmissionPublisher
 from tidegate.intake.batching import BatchingCelerySender, PublishThread
-from tidegate.load.admission import Admission, CelerySender, Inbound
+from tidegate.integrations.celery.sender import CelerySender
+from tidegate.load.admission import Admission, Inbound
 
 
 def _unit(key: str, queue: str = "q") -> Inbound:

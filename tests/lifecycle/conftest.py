@@ -306,7 +306,7 @@ class CeleryHarness:
         """
         if self.amqp is None:
             return
-        from tidegate.load.depth import AmqpDepthProbe
+        from tidegate.integrations.celery.depth import AmqpDepthProbe
 
         probe = AmqpDepthProbe(self.amqp.url, management_url=self.amqp.management_url)
         try:

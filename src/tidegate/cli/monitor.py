@@ -82,8 +82,9 @@ def build_replay_admission(
     client: Any, broker: str, queues: list[str], *, prefix: str, sender: str
 ) -> Any:
     """The intake replays go through: the broker's probe and sender, tidegate's Redis."""
-    from tidegate.load.admission import Admission, CelerySender
-    from tidegate.load.depth import probe_from_url
+    from tidegate.integrations.celery.depth import probe_from_url
+    from tidegate.integrations.celery.sender import CelerySender
+    from tidegate.load.admission import Admission
     from tidegate.load.quarantine import Quarantine
     from tidegate.load.watermarks import LoadBoard, WatermarkStore
 
@@ -221,7 +222,7 @@ def monitor(
     signal change (scaling_signal_changed). Several monitors may run: one samples,
     the others stand by.
     """
-    from tidegate.load.depth import probe_from_url
+    from tidegate.integrations.celery.depth import probe_from_url
     from tidegate.load.watermarks import ScalingPolicy
     from tidegate.ops.metrics import MetricsServer, registry_for
     from tidegate.ops.monitor import Monitor, QueueSpec

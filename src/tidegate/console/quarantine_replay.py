@@ -29,9 +29,10 @@ def celery_quarantine_replayer(
     """
     from celery import Celery
 
+    from tidegate.integrations.celery.depth import probe_from_url
     from tidegate.integrations.celery.preset import CeleryPreset, configure
-    from tidegate.load.admission import Admission, CelerySender
-    from tidegate.load.depth import probe_from_url
+    from tidegate.integrations.celery.sender import CelerySender
+    from tidegate.load.admission import Admission
     from tidegate.load.quarantine import Quarantine
     from tidegate.load.watermarks import LoadBoard, WatermarkStore
 

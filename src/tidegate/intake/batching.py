@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.errors import BackendUnavailable
-from tidegate.load.admission import CelerySender, Inbound
+from tidegate.integrations.celery.sender import CelerySender
+from tidegate.load.admission import Inbound
 from tidegate.logging import get_logger
 
 __all__ = ["DEFAULT_MAX_BATCH_UNITS", "BatchingCelerySender", "PublishThread", "can_batch"]
@@ -64,7 +65,7 @@ def can_batch(app: Any) -> bool:
 
 
 class BatchingCelerySender(CelerySender):
-    """A :class:`~tidegate.load.CelerySender` whose sends can be grouped in a batch.
+    """A :class:`CelerySender` whose sends can be grouped in a batch.
 
     Outside :meth:`batch` it sends exactly as its parent does. Inside, every send of
     the thread goes through one producer in kombu's batch mode and reaches the broker

@@ -20,7 +20,8 @@ from tidegate.intake.batching import (
     PublishThread,
     can_batch,
 )
-from tidegate.load.admission import Admission, CelerySender, Inbound
+from tidegate.integrations.celery.sender import CelerySender
+from tidegate.load.admission import Admission, Inbound
 from tidegate.load.payload import check_payload_size
 from tidegate.load.watermarks import Level
 
@@ -58,7 +59,7 @@ class AdmissionPublisher:
     sender waits, not a request thread.
 
     With ``batching`` (the default), an admission sending with a plain
-    :class:`~tidegate.load.CelerySender` to a broker kombu can batch is given a
+    :class:`CelerySender` to a broker kombu can batch is given a
     :class:`~tidegate.intake.batching.BatchingCelerySender` on the same app (it sends
     the same messages; inside a batch they share one pipeline) and :meth:`publish`
     hands the units to a :class:`~tidegate.intake.batching.PublishThread`. Otherwise

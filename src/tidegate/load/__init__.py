@@ -3,7 +3,8 @@
 ``parking`` holds messages that must wait long (durably, not in worker RAM); ``dlq``
 holds units that cannot be delivered, with the reason, and ``replay`` gives them back;
 ``ledger`` remembers what each downstream already accepted (or may have); ``payload``
-refuses what is too large for the broker. ``depth``, ``watermarks``,
+refuses what is too large for the broker. ``depth`` (the protocol; the probes are the
+integrations'), ``watermarks``,
 ``shedding``, ``quarantine`` and ``admission`` are the inbound controls: read queue
 depth, decide scale signals with hysteresis, shed what may wait durably, admit at
 publish time.
@@ -11,15 +12,8 @@ publish time.
 
 from __future__ import annotations
 
-from tidegate.load.admission import Admission, Admitted, CelerySender, Inbound, Outcome, Sender
-from tidegate.load.depth import (
-    AmqpDepthProbe,
-    DepthProbe,
-    QueueDepth,
-    RedisDepthProbe,
-    probe_for_app,
-    probe_from_url,
-)
+from tidegate.load.admission import Admission, Admitted, Inbound, Outcome, Sender
+from tidegate.load.depth import DepthProbe, QueueDepth
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
 from tidegate.load.ledger import DeliveryLedger, DeliveryState
 from tidegate.load.parking import ParkedMessage, ParkingLot
@@ -51,8 +45,6 @@ __all__ = [
     "DOCUMENT_CLASSES",
     "Admission",
     "Admitted",
-    "AmqpDepthProbe",
-    "CelerySender",
     "DeadLetter",
     "DeadLetterQueue",
     "DeliveryLedger",
@@ -69,7 +61,6 @@ __all__ = [
     "Quarantine",
     "QuarantinedDocument",
     "QueueDepth",
-    "RedisDepthProbe",
     "ScalingPolicy",
     "Sender",
     "ShedDecision",
@@ -79,6 +70,4 @@ __all__ = [
     "Watermarks",
     "advance",
     "check_payload_size",
-    "probe_for_app",
-    "probe_from_url",
 ]

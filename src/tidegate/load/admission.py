@@ -14,9 +14,10 @@ features"). :class:`Admission` sits between producers and the broker:
    A document is never refused: when the wait expires it is queued anyway, because
    the documents that are not sheddable are exactly the ones that must flow.
 
-The broker side is a :class:`Sender` — :class:`CelerySender` (``send_task`` to the
-class's queue and task) or the RQ one in :mod:`tidegate.integrations.rq` — so the
-decision is written once for both.
+The broker side is a :class:`Sender` — the Celery one in
+:mod:`tidegate.integrations.celery.sender` (``send_task`` to the class's queue and
+task) or the RQ one in :mod:`tidegate.integrations.rq` — so the decision is written
+once for both.
 
 Example::
 
@@ -43,7 +44,7 @@ import redis
 from tidegate.edi.classify import DocumentClass
 from tidegate.errors import ConfigurationError, LoadShed
 from tidegate.keys import DEFAULT_PREFIX
-from tidegate.load.depth import DepthProbe, QueueDepth, probe_for_app
+from tidegate.load.depth import DepthProbe, QueueDepth
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.load.shedding import SheddingPolicy
@@ -55,7 +56,6 @@ __all__ = [
     "DEFAULT_MAX_BLOCK_S",
     "Admission",
     "Admitted",
-    "CelerySender",
     "Inbound",
     "Outcome",
     "ReplayReport",
@@ -145,24 +145,6 @@ class Sender(Protocol):
     name: str
 
     def send(self, queue: str, task: str, payload: Mapping[str, Any]) -> None: ...
-
-
-class _CeleryApp(Protocol):
-    def send_task(self, name: str, *args: Any, **kwargs: Any) -> Any: ...
-
-
-class CelerySender:
-    """Sends with ``app.send_task(task, args=[payload], queue=queue)``."""
-
-    name = "celery"
-
-    def __init__(self, app: _CeleryApp) -> None:
-        self.app = app
-
-    def send(self, queue: str, task: str, payload: Mapping[str, Any]) -> None:
-        # The intake never reads a unit's result: a Redis result backend would otherwise
-        # subscribe this process to one channel per document, for good.
-        self.app.send_task(task, args=[dict(payload)], queue=queue, ignore_result=True)
 
 
 @dataclass
@@ -257,9 +239,13 @@ class Admission:
             tasks: queue → task name.
             client: tidegate's Redis (quarantine, board, watermarks).
             prefix: tidegate's key prefix (the monitor's and the workers').
-            probe: defaults to :func:`~tidegate.load.depth.probe_for_app`.
+            probe: defaults to :func:`~tidegate.integrations.celery.depth.probe_for_app`.
             options: the other keyword arguments of :class:`Admission`.
         """
+        # Imported here: load/ holds the decision, the Celery integration the broker.
+        from tidegate.integrations.celery.depth import probe_for_app
+        from tidegate.integrations.celery.sender import CelerySender
+
         return cls(
             CelerySender(app),
             tasks,

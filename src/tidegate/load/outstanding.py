@@ -15,14 +15,13 @@ can have lost a message, and only its death *arms* a few orphan sweeps
 
 How an armed sweep finds the units that can have been lost without reading the queues
 (publish sequences ``s0``/``s1`` and the oldest queued message) is explained in
-:mod:`tidegate.load.sweep_index`, which reads the index this registry keeps.
+:mod:`tidegate.integrations.celery.sweep_index`, which reads the index this registry keeps.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -41,7 +40,6 @@ __all__ = [
     "Outstanding",
     "OutstandingUnit",
     "find_orphans",
-    "lane_of",
 ]
 
 log = get_logger("tidegate.load")
@@ -100,17 +98,6 @@ class OrphanVerdict:
 
     orphans: list[OutstandingUnit]
     misses: dict[str, int]
-
-
-def lane_of(queue: str, priority: Any, steps: Sequence[int], sep: str) -> str:
-    """The kombu list (without key prefix) a message of ``priority`` goes to: kombu's
-    Redis channel clamps it to 0..9 (0 when absent) and takes the largest step below."""
-    try:
-        level = min(max(int(priority), 0), 9)
-    except (TypeError, ValueError):
-        level = 0
-    step = steps[bisect.bisect(steps, level) - 1]
-    return queue if step == 0 else f"{queue}{sep}{step}"
 
 
 def find_orphans(
@@ -173,6 +160,7 @@ class Outstanding:
         self._take = client.register_script(lua_script("sweep_take", "tidegate.load"))
         self._record = client.register_script(lua_script("outstanding_record", "tidegate.load"))
         self._pushed = client.register_script(lua_script("outstanding_pushed", "tidegate.load"))
+        self._publish = client.register_script(lua_script("outstanding_publish", "tidegate.load"))
         self._drop = client.register_script(lua_script("outstanding_drop", "tidegate.load"))
         self._requeued = client.register_script(lua_script("outstanding_requeued", "tidegate.load"))
 
@@ -225,6 +213,33 @@ class Outstanding:
         with map_redis_errors("outstanding record"):
             args = [unit.key, unit.to_json(), self.base, unit.queue, unit.index_lane]
             return int(self._record(keys, args))
+
+    def publish_keys_args(
+        self, unit: OutstandingUnit, list_key: str, head: str, tail: str
+    ) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of ``outstanding_publish.lua`` (see :meth:`publish`)."""
+        keys = [self.units_key, self.misses_key, self.queues_key, self.seq_key, self.indexed_key]
+        args = [unit.key, unit.to_json(), self.base, unit.queue, unit.index_lane, head, tail]
+        return [*keys, list_key], args
+
+    @property
+    def publish_script(self) -> str:
+        """The text of ``outstanding_publish.lua``, for a pipeline that runs it by EVAL."""
+        return str(self._publish.script)
+
+    def publish(
+        self, unit: OutstandingUnit, list_key: str, head: str, tail: str
+    ) -> tuple[int, int]:
+        """:meth:`record`, the broker's LPUSH of ``head + s0 + tail`` to ``list_key``,
+        and :meth:`pushed`, in one round trip; returns ``(s0, s1)``.
+
+        Only for a broker list on this registry's own Redis server and database. Redis
+        errors are raised as redis-py raises them, as the LPUSH alone would be, so that
+        the publisher's retry policy still recognises them.
+        """
+        keys, args = self.publish_keys_args(unit, list_key, head, tail)
+        s0, s1 = cast("list[int]", self._publish(keys, args))
+        return int(s0), int(s1)
 
     def pushed(self, key: str, lane: str, s0: int, *, s1: int | None = None) -> int:
         """The message recorded under ``s0`` is in the broker (list ``lane``): index the

@@ -108,7 +108,7 @@ class DemoConsole:
         from tidegate.console.access import Role
         from tidegate.console.publish import celery_publisher
         from tidegate.console.quarantine_replay import celery_quarantine_replayer
-        from tidegate.load.depth import RedisDepthProbe
+        from tidegate.integrations.celery.depth import RedisDepthProbe
         from tidegate.ops.monitor import Monitor
 
         client: redis.Redis = client_from_url(url)

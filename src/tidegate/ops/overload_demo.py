@@ -38,8 +38,9 @@ from rich.table import Table
 
 from tidegate._redis import client_from_url
 from tidegate.flow import Gate
-from tidegate.load.admission import Admission, CelerySender, Inbound
-from tidegate.load.depth import RedisDepthProbe
+from tidegate.integrations.celery.depth import RedisDepthProbe
+from tidegate.integrations.celery.sender import CelerySender
+from tidegate.load.admission import Admission, Inbound
 from tidegate.load.dlq import DeadLetterQueue
 from tidegate.load.parking import ParkingLot
 from tidegate.load.quarantine import Quarantine

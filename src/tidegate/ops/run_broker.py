@@ -39,7 +39,7 @@ from tidegate.logging import get_logger
 if TYPE_CHECKING:
     from celery import Celery
 
-    from tidegate.load.depth import AmqpDepthProbe
+    from tidegate.integrations.celery.depth import AmqpDepthProbe
     from tidegate.load.outstanding import Outstanding
 
 __all__ = ["AmqpRunBroker", "RedisRunBroker", "RunBroker", "open_amqp_broker", "run_broker_for"]
@@ -166,7 +166,7 @@ def open_amqp_broker(
     """
     from kombu import Connection
 
-    from tidegate.load.depth import management_url_for
+    from tidegate.integrations.celery.depth import management_url_for
 
     shown = ";".join(redact_url(one) for one in url.split(";"))
     if not all(is_amqp_url(one) for one in url.split(";")):
@@ -241,7 +241,7 @@ class AmqpRunBroker:
 
     def depths(self, queues: Sequence[str]) -> dict[str, int]:
         """Per queue ready + unacknowledged, and ``unacked`` over all of them."""
-        from tidegate.load.depth import AmqpDepthProbe
+        from tidegate.integrations.celery.depth import AmqpDepthProbe
 
         if self._probe is None:
             self._probe = AmqpDepthProbe(self.url, management_url=self.management_url)

@@ -41,6 +41,7 @@ __all__ = [
     "Transport",
     "WriteTolerantQoS",
     "install_write_tolerant_broker",
+    "on_put",
     "on_requeue",
 ]
 
@@ -52,12 +53,29 @@ TRANSPORT = "tidegate.integrations.celery.broker:Transport"
 RETRY_INTERVAL_S = 0.5
 
 _REQUEUE_HOOKS: list[Callable[[Any], None]] = []
+#: ``hook(channel, queue, message, batch) -> bool``: True when the hook pushed it.
+PutHook = Callable[[Any, str, dict[str, Any], Any], bool]
+_PUT_HOOKS: list[PutHook] = []
+
+
+def on_put(hook: PutHook) -> Callable[[], None]:
+    """Let ``hook`` push a message instead of kombu's plain ``LPUSH`` (publish tracking
+    pushes and records a tracked unit in one round trip); returns the function that
+    removes it. ``batch`` is kombu's publish batch when the publish is batched, else
+    ``None``."""
+    _PUT_HOOKS.append(hook)
+
+    def remove() -> None:
+        if hook in _PUT_HOOKS:
+            _PUT_HOOKS.remove(hook)
+
+    return remove
 
 
 def on_requeue(hook: Callable[[Any], None]) -> Callable[[], None]:
     """Call ``hook(message)`` after a message was pushed back at the newest end of its
     list (a reject with requeue); returns the function that removes it. The orphan
-    sweep counts such a message as published anew (:mod:`tidegate.load.sweep_index`)."""
+    sweep counts such a message as published anew (:mod:`.sweep_index`)."""
     _REQUEUE_HOOKS.append(hook)
 
     def remove() -> None:
@@ -252,9 +270,16 @@ class WriteTolerantQoS(kombu_redis.QoS):
 
 
 class Channel(kombu_redis.Channel):
-    """kombu's Redis channel with :class:`WriteTolerantQoS`."""
+    """kombu's Redis channel with :class:`WriteTolerantQoS`, and :func:`on_put` hooks."""
 
     QoS = WriteTolerantQoS
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        batch = kwargs.get("_publish_batch")
+        for hook in list(_PUT_HOOKS):
+            if hook(self, queue, message, batch):
+                return
+        super()._put(queue, message, **kwargs)
 
 
 class Transport(kombu_redis.Transport):

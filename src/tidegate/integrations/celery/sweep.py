@@ -13,7 +13,7 @@ SIGKILLed between kombu's ``BRPOP`` and its ``unacked`` write loses that message
   worker sweep per interval. An armed sweep never reads the queues: it reads the
   oldest end of each queue list, kombu's ``unacked`` hash (in-flight sized), and the
   units pushed before that oldest message, in pages of :data:`SWEEP_PAGE` (why that
-  suffices: :mod:`tidegate.load.sweep_index`). A unit whose message has been missing
+  suffices: :mod:`tidegate.integrations.celery.sweep_index`). A unit whose message has been missing
   for ``misses`` sweeps in a row is republished (event ``orphan_republished``). No
   Redis command it sends and no Python object it holds grows with the backlog, and
   neither does its time; unarmed, it costs one small Redis call per interval.
@@ -32,9 +32,10 @@ from celery import Celery
 
 from tidegate._redis import hash_pages, map_redis_errors
 from tidegate.errors import ConfigurationError
+from tidegate.integrations.celery.depth import RedisDepthProbe
+from tidegate.integrations.celery.sweep_index import SweepIndex
 from tidegate.integrations.celery.tracking import track_publishes
 from tidegate.load import DeliveryLedger, DeliveryState, ParkingLot
-from tidegate.load.depth import RedisDepthProbe
 from tidegate.load.outstanding import (
     DEFAULT_MISSES,
     LANE_HEADER,
@@ -43,7 +44,6 @@ from tidegate.load.outstanding import (
     OutstandingUnit,
     find_orphans,
 )
-from tidegate.load.sweep_index import SweepIndex
 from tidegate.logging import get_logger, key_hash
 
 __all__ = [
@@ -190,7 +190,7 @@ class OrphanSweep:
     def sweep_once(self) -> int:
         """One look at the units that can have been lost; returns how many were
         republished. Reads, in this order: the sequence, each list's oldest end,
-        ``unacked``, the candidates (see :mod:`tidegate.load.sweep_index`)."""
+        ``unacked``, the candidates (see :mod:`tidegate.integrations.celery.sweep_index`)."""
         if self.index.needs_indexing():
             self._index_older_records()
         seq = self.index.sequence()
@@ -198,7 +198,7 @@ class OrphanSweep:
         bounds: dict[str, int] = {}
         for queue in self.outstanding.queues():
             for step in self.broker.priority_steps:
-                lane = queue if step == 0 else f"{queue}{self.broker.sep}{step}"
+                lane = self.broker.layout.lane(queue, step)
                 for rows in self.index.unconfirmed(lane, self.page):
                     self.index.stamp_unconfirmed(lane, rows, seq)
                 reading = self.index.read_head(

@@ -10,29 +10,35 @@ process publishes (the intake, a worker's aggregate, the parking mover):
 - a reject with requeue in tidegate's broker channel (:func:`broker.on_requeue`): the
   message was pushed again at the newest end, a new ``s1`` (:meth:`Outstanding.requeued`).
 
+When the app publishes through tidegate's broker channel to the Redis server and
+database of the registry (the usual single-Redis deployment), the first two are one
+script run in place of kombu's LPUSH (:func:`broker.on_put`,
+:mod:`tidegate.integrations.celery.tracked_push`): the same records, in the same order,
+one round trip per publish instead of three.
+
 Why two sequences let the sweep work without reading the queues:
-:mod:`tidegate.load.sweep_index`. A record that cannot be written (Redis down) is
+:mod:`tidegate.integrations.celery.sweep_index`. A record that cannot be written (Redis down) is
 logged and the publish goes on: the sweep only protects what it knows.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from celery import Celery, signals
 
 from tidegate.delivery import unit_key
 from tidegate.errors import BackendError, ConfigurationError
-from tidegate.integrations.celery.broker import on_requeue
-from tidegate.load.depth import KOMBU_PRIORITY_STEPS, KOMBU_SEP
+from tidegate.integrations.celery.broker import TRANSPORT, on_put, on_requeue
+from tidegate.integrations.celery.kombu_redis import KombuRedisLayout
+from tidegate.integrations.celery.tracked_push import push_tracked, same_redis
 from tidegate.load.outstanding import (
     LANE_HEADER,
     SEQ_HEADER,
     Outstanding,
     OutstandingUnit,
-    lane_of,
 )
 from tidegate.logging import get_logger, key_hash
 
@@ -51,6 +57,9 @@ class _Tracker:
         self._names = names
         self.outstanding = outstanding
         self.app = app
+        self._fuses: bool | None = None
+        #: This thread's publish in progress: the unit (fused mode) and whether it was pushed.
+        self._local = threading.local()
 
     def tracked(self) -> set[str]:
         if self._names is None:
@@ -67,12 +76,10 @@ class _Tracker:
             return None  # not protocol 2: nothing tidegate publishes
         return unit_key(body[0], body[1])  # None: not a unit, not tracked
 
-    def layout(self) -> tuple[Sequence[int], str]:
-        """kombu's priority steps and separator, as the app's transport options set them."""
+    def layout(self) -> KombuRedisLayout:
+        """kombu's layout, as the app's transport options set it."""
         conf = self.app.conf.broker_transport_options if self.app is not None else None
-        options = conf or {}
-        steps = sorted({int(s) for s in options.get("priority_steps", KOMBU_PRIORITY_STEPS)})
-        return steps, str(options.get("sep", KOMBU_SEP))
+        return KombuRedisLayout.from_transport_options(conf)
 
     def on_publish(
         self,
@@ -86,19 +93,57 @@ class _Tracker:
         key = self.unit_of(sender, body)
         if key is None or sender is None or headers is None or not routing_key:
             return
-        steps, sep = self.layout()
-        lane = lane_of(routing_key, (properties or {}).get("priority"), steps, sep)
+        lane = self.layout().lane_for(routing_key, (properties or {}).get("priority"))
         unit = OutstandingUnit(
             key, sender, str(headers["id"]), routing_key, list(body[0]), body[1], lane
         )
         headers.pop(SEQ_HEADER, None)  # a message without a sequence rather than a stale one
+        self._local.pending, self._local.pushed = None, False
+        if self.fuses():
+            headers[LANE_HEADER] = lane
+            self._local.pending = unit  # recorded by on_put, in the push's round trip
+            return
+        self.record(unit, headers)
+
+    def record(self, unit: OutstandingUnit, headers: dict[str, Any]) -> None:
+        """Record ``unit`` on its own round trip, before the push (its ``s0`` in
+        ``headers``)."""
         try:
             headers[SEQ_HEADER] = self.outstanding.record(unit)
-            headers[LANE_HEADER] = lane
+            headers[LANE_HEADER] = unit.index_lane
         except BackendError as exc:
             log.warning(
-                "outstanding_record_failed", key_hash=key_hash(key), error=type(exc).__name__
+                "outstanding_record_failed", key_hash=key_hash(unit.key), error=type(exc).__name__
             )
+
+    def fuses(self) -> bool:
+        """Whether this app's publishes go through tidegate's broker channel to the
+        Redis server and database of this registry: then record, push and confirm are
+        one script (:mod:`tidegate.integrations.celery.tracked_push`)."""
+        if self._fuses is None:
+            app = self.app
+            self._fuses = (
+                app is not None
+                and app.conf.broker_transport == TRANSPORT
+                and same_redis(str(app.conf.broker_url or ""), self.outstanding.client)
+            )
+        return self._fuses
+
+    def on_put(self, channel: Any, queue: str, message: dict[str, Any], batch: Any) -> bool:
+        """tidegate's channel is about to LPUSH ``message``: push the pending unit's
+        message with its records in one script. True when it was pushed here."""
+        unit: OutstandingUnit | None = getattr(self._local, "pending", None)
+        headers = message.get("headers") or {}
+        if unit is None or headers.get("id") != unit.task_id or queue != unit.queue:
+            return False
+        if push_tracked(
+            self.outstanding, unit, channel=channel, queue=queue, message=message, batch=batch
+        ):
+            self._local.pushed = True
+            return True
+        self._local.pending = None  # pushed by kombu, recorded as without this channel
+        self.record(unit, headers)
+        return False
 
     def on_published(
         self,
@@ -109,7 +154,15 @@ class _Tracker:
         **_: Any,
     ) -> None:
         key = self.unit_of(sender, body)
-        if key is None or headers is None or SEQ_HEADER not in headers:
+        if key is None or headers is None:
+            return
+        unit: OutstandingUnit | None = getattr(self._local, "pending", None)
+        if unit is not None and unit.task_id == headers.get("id"):
+            self._local.pending = None
+            if not self._local.pushed:
+                self.record_late(unit)
+            return
+        if SEQ_HEADER not in headers:
             return
         lane = str(headers.get(LANE_HEADER) or routing_key)
         try:
@@ -118,6 +171,19 @@ class _Tracker:
             # Left unconfirmed: a later sweep confirms it, an interval late.
             log.warning(
                 "outstanding_push_unconfirmed", key_hash=key_hash(key), error=type(exc).__name__
+            )
+
+    def record_late(self, unit: OutstandingUnit) -> None:
+        """A publish that no tidegate channel pushed (another connection's transport):
+        its message carries no ``s0``; the unit is recorded and confirmed after the push,
+        so the sweep still knows it."""
+        log.warning("outstanding_recorded_late", key_hash=key_hash(unit.key))
+        try:
+            s0 = self.outstanding.record(unit)
+            self.outstanding.pushed(unit.key, unit.index_lane, s0)
+        except BackendError as exc:
+            log.warning(
+                "outstanding_record_failed", key_hash=key_hash(unit.key), error=type(exc).__name__
             )
 
     def on_requeued(self, message: Any) -> None:
@@ -155,11 +221,13 @@ def track_publishes(
         if ident in _TRACKERS:
             return untrack
         unhook = on_requeue(tracker.on_requeued)
+        unput = on_put(tracker.on_put)
 
         def stop() -> None:
             signals.before_task_publish.disconnect(tracker.on_publish)
             signals.after_task_publish.disconnect(tracker.on_published)
             unhook()
+            unput()
 
         _TRACKERS[ident] = stop
     signals.before_task_publish.connect(tracker.on_publish, weak=False)

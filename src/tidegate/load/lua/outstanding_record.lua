@@ -15,29 +15,13 @@
 -- ARGV[3]  the index key prefix ("<prefix>:{outstanding}"): the zsets are
 --          <prefix>:published:<queue> and <prefix>:pushed:<queue>, score = sequence
 -- ARGV[4]  the unit's queue
+-- ARGV[5]  the unit's lane (the kombu list its message goes to, without prefix)
 --
 -- Returns s0, the unit's publish sequence (an integer).
 
 --!include next_seq
+--!include record_unit
 
-local key, base, queue, lane = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
-if redis.call("EXISTS", KEYS[5]) == 0 and redis.call("HLEN", KEYS[1]) == 0 then
-  -- A registry started by this version: no record without an index entry can exist.
-  redis.call("SET", KEYS[5], "1")
-end
-local old = redis.call("HGET", KEYS[1], key)
-if old then
-  local ok, rec = pcall(cjson.decode, old)
-  if ok and type(rec) == "table" and type(rec.queue) == "string" then
-    local lane = rec.lane or rec.queue
-    redis.call("ZREM", base .. ":published:" .. lane, key)
-    redis.call("ZREM", base .. ":pushed:" .. lane, key)
-  end
-end
-local s0 = next_seq(KEYS[4])
-redis.call("HSET", KEYS[1], key, ARGV[2])
-redis.call("HDEL", KEYS[2], key)
-redis.call("SADD", KEYS[3], queue)
-redis.call("ZADD", base .. ":published:" .. lane, s0, key)
-redis.call("ZREM", base .. ":pushed:" .. lane, key)
-return s0
+return record_unit(
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+)

@@ -2,7 +2,7 @@
 
 A kombu list is FIFO: LPUSH at one end, BRPOP at the other (each priority step is a
 list of its own, the queue's name plus kombu's separator and the step, see
-:mod:`tidegate.load.depth`; each is FIFO on its own). So if *H* is the oldest
+:mod:`tidegate.integrations.celery.kombu_redis`; each is FIFO on its own). So if *H* is the oldest
 message of a list, every message pushed to that list before *H* has been popped. Two
 publish sequences, from one counter, make "pushed before *H*" decidable:
 
@@ -96,7 +96,9 @@ class SweepIndex:
     def __init__(self, outstanding: Outstanding) -> None:
         self.outstanding = outstanding
         self.client = outstanding.client
-        self._head = self.client.register_script(lua_script("queue_head", "tidegate.load"))
+        self._head = self.client.register_script(
+            lua_script("queue_head", "tidegate.integrations.celery")
+        )
 
     def sequence(self) -> int:
         """The last sequence handed out (0 before the first)."""
