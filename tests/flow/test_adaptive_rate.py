@@ -741,3 +741,26 @@ def test_the_adaptive_surface_is_sorted_and_complete() -> None:
         value = getattr(adaptive, name)
         if isinstance(value, type) or (callable(value) and hasattr(value, "__code__")):
             assert value.__module__.startswith("tidegate.flow.adaptive._")
+
+
+# -- the echo: 429s of calls admitted before a cut, counted after it -----------------------
+
+
+def test_scenario_without_admission_times_the_echo_is_still_counted() -> None:
+    """The same run with reports that carry no admission time (an observer outside a
+    gate slot): every 429 counts, as before — the dip's echoes cut the rate below 3/s.
+    This is the failure the stamps remove, kept visible in the model."""
+    run_ = run_model(
+        PRONE,
+        seconds=420,
+        capacity=10.0,
+        schedule=MAINTENANCE,
+        burst=2,
+        jitter_s=0.05,
+        admit_lead_s=0.4,
+        report_s=0.3,
+        stamped=False,
+    )
+
+    assert min(run_.rate[120:180]) < 3.0
+    assert len([t for t, r, _ in run_.decisions if r == "throttled" and 119 <= t < 130]) == 3

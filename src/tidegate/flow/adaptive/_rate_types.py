@@ -55,6 +55,10 @@ class RateWindow:
             the measured rate is deflated by the pause that follows a 429 (the window
             sent at the live rate until the 429, then nothing): it is not used.
         hint: the latest rate-limit headers, if the downstream sends any.
+        throttled_admitted_ms: when the gate admitted the *latest* of the throttled
+            calls (fleet clock, ms); ``None`` when there was none or any of them came
+            without its admission time. A call admitted before the last cut went out
+            at the rate before it, so its 429 says nothing about the rate now.
     """
 
     successes: int = 0
@@ -63,6 +67,7 @@ class RateWindow:
     saturated: bool = False
     sent_rate: float | None = None
     hint: RateLimitHint | None = None
+    throttled_admitted_ms: float | None = None
 
     def __post_init__(self) -> None:
         _count("successes", self.successes)
@@ -73,6 +78,13 @@ class RateWindow:
         ):
             raise ConfigurationError(
                 f"sent_rate must be a finite number >= 0 or None, got {self.sent_rate!r}"
+            )
+        stamp = self.throttled_admitted_ms
+        if stamp is not None and not (
+            isinstance(stamp, int | float) and not isinstance(stamp, bool) and math.isfinite(stamp)
+        ):
+            raise ConfigurationError(
+                f"throttled_admitted_ms must be a finite number or None, got {stamp!r}"
             )
 
 
