@@ -19,6 +19,7 @@ __all__ = ["RateDecision", "RateReason", "RateState", "RateWindow"]
 #: Why a decision came out as it did; the ``reason`` of its log event.
 RateReason: TypeAlias = Literal[
     "throttled",  # a 429: multiplicative decrease (and a new ceiling if suspension-prone)
+    "throttled_stale",  # only 429s of calls admitted before the last cut: nothing new
     "unavailable",  # a 503: multiplicative decrease, the ceiling untouched
     "advertised",  # rate-limit headers: straight to the advertised rate
     "advertised_exhausted",  # the headers say nothing is left: wait for the reset
@@ -108,6 +109,8 @@ class RateState:
         advertised_rate: the rate the headers advertised when a 429 set the ceiling
             under it (the ceiling follows it up when it rises).
         restored_ms: when a failed probe last put the ceiling back (its echoes hold).
+        cut_ms: when a decision last lowered the rate: a call the gate admitted before
+            it was spaced at the higher rate, and its 429 is an echo of that rate.
     """
 
     rate: float
@@ -122,6 +125,7 @@ class RateState:
     quiet_s: float | None = None
     advertised_rate: float | None = None
     restored_ms: float | None = None
+    cut_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
@@ -146,6 +150,7 @@ class RateState:
             "quiet_s": self.quiet_s,
             "advertised_rate": self.advertised_rate,
             "restored_ms": self.restored_ms,
+            "cut_ms": self.cut_ms,
         }
 
     @classmethod
@@ -165,6 +170,7 @@ class RateState:
                 quiet_s=_opt_float(data.get("quiet_s")),
                 advertised_rate=_opt_float(data.get("advertised_rate")),
                 restored_ms=_opt_float(data.get("restored_ms")),
+                cut_ms=_opt_float(data.get("cut_ms")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"unreadable rate state {data!r}: {exc}") from exc
