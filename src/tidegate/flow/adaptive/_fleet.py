@@ -22,6 +22,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from tidegate.errors import BackendError, ConfigurationError
+from tidegate.flow._admitted import admitted_ms as held_since
 from tidegate.flow.adaptive._controller import AdaptiveController
 from tidegate.flow.adaptive._hint import RateLimitHint
 from tidegate.flow.adaptive._observe import CallOutcome
@@ -41,6 +42,11 @@ DEFAULT_TICK_S = 1.0
 class AdaptiveReporter:
     """Writes each downstream call into the fleet's window (a ``CallObserver``).
 
+    Each report carries when the gate admitted the call: given, or read from the gate
+    slot this context holds (``with gate.slot(): client.send(...)`` — the client calls
+    the observer inside the slot), so the controller can tell a 429 of a call admitted
+    before its last cut (an echo) from news.
+
     Args:
         controller: the downstream's controller on this worker.
         gate: the downstream's gate, to count the leases in flight for a latency
@@ -52,14 +58,24 @@ class AdaptiveReporter:
         self.gate = gate
 
     def observe(
-        self, outcome: CallOutcome, *, latency_ms: float | None, hint: RateLimitHint | None
+        self,
+        outcome: CallOutcome,
+        *,
+        latency_ms: float | None,
+        hint: RateLimitHint | None,
+        admitted_ms: float | None = None,
     ) -> None:
         in_flight = 0
         if self.gate is not None and latency_ms is not None:
             policy = self.controller.policy
             if policy.concurrency is not None:
                 in_flight = self.gate.state().leases_held
-        self.controller.report(outcome, latency_ms=latency_ms, in_flight=in_flight, hint=hint)
+        if admitted_ms is None:
+            name = self.gate.name if self.gate is not None else self.controller.name
+            admitted_ms = held_since(name)
+        self.controller.report(
+            outcome, latency_ms=latency_ms, in_flight=in_flight, hint=hint, admitted_ms=admitted_ms
+        )
 
 
 class AdaptiveLoop:
