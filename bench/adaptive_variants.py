@@ -96,6 +96,7 @@ def worker(variant: str, url: str, prefix: str, endpoint: str, max_s: float) -> 
     units, out = f"{prefix}:bench:units", f"{prefix}:bench:out"
     gate = local = loop = reporter = None
     admitted_ms: float | None = None
+    held = False
     if variant == "aimd_per_process":
         local = LocalAimd()
     else:
@@ -125,7 +126,7 @@ def worker(variant: str, url: str, prefix: str, endpoint: str, max_s: float) -> 
                     except Throttled:
                         continue
                     permit.release()
-                    admitted_ms = permit.admitted_ms
+                    admitted_ms, held = permit.admitted_ms, permit.waited_s > 0
                 started = time.monotonic()
                 answer = http.post(endpoint, json={"n": key}, headers={"Idempotency-Key": key})
                 latency_ms = (time.monotonic() - started) * 1000.0
@@ -140,6 +141,7 @@ def worker(variant: str, url: str, prefix: str, endpoint: str, max_s: float) -> 
                         latency_ms=latency_ms,
                         hint=hint,
                         admitted_ms=admitted_ms,
+                        held=held,
                     )
                 client.rpush(out, json.dumps([time.time(), answer.status_code]))
                 if outcome.kind == "ok":

@@ -246,6 +246,26 @@ def test_a_429_of_a_call_admitted_after_the_cut_cuts_again(
     assert gate.state().policy.rate < cut_rate
 
 
+def test_a_call_that_waited_in_its_slot_is_reported_held(
+    store: AdaptiveStore, gate: Gate, clock: ManualClock, prefix: str
+) -> None:
+    """The gate, not demand, set the pace of a call that waited for its slot: the
+    reporter says so (``held``), and the window is saturated — so a 429 in it is judged
+    at the gate's rate, not at the rate measured through a pause."""
+    controller = AdaptiveController(store, "customs", CUSTOMS, prefix=prefix, holder="w0")
+    reporter = AdaptiveReporter(controller, gate)
+    with gate.slot():
+        reporter.observe("ok", latency_ms=10.0, hint=None)
+    first, _ = windows(store.drain(controller.keys), elapsed_s=1.0)
+    with gate.slot(), gate.slot() as second:
+        reporter.observe("ok", latency_ms=10.0, hint=None)
+    held, _ = windows(store.drain(controller.keys), elapsed_s=1.0)
+
+    assert second.waited_s > 0
+    assert not first.saturated
+    assert held.saturated
+
+
 # -- the downstream client ---------------------------------------------------------------
 
 

@@ -171,7 +171,7 @@ class SyncControl(_Control):
         if auto_renew:
             permit.start_renewing()
         try:
-            with holding(self.limit.name, permit.admitted_ms):
+            with holding(self.limit.name, permit.admitted_ms, permit.waited_s):
                 yield permit
         finally:
             try:
@@ -242,7 +242,7 @@ class AsyncControl(_Control):
         if auto_renew:
             permit.start_renewing()
         try:
-            with holding(self.limit.name, permit.admitted_ms):
+            with holding(self.limit.name, permit.admitted_ms, permit.waited_s):
                 yield permit
         finally:
             try:
