@@ -95,6 +95,8 @@ def worker(variant: str, url: str, prefix: str, endpoint: str, max_s: float) -> 
     client = client_from_url(url)
     units, out = f"{prefix}:bench:units", f"{prefix}:bench:out"
     gate = local = loop = reporter = None
+    admitted_ms: float | None = None
+    held = False
     if variant == "aimd_per_process":
         local = LocalAimd()
     else:
@@ -120,9 +122,11 @@ def worker(variant: str, url: str, prefix: str, endpoint: str, max_s: float) -> 
                 else:
                     assert gate is not None
                     try:
-                        gate.acquire(max_wait=60.0).release()
+                        permit = gate.acquire(max_wait=60.0)
                     except Throttled:
                         continue
+                    permit.release()
+                    admitted_ms, held = permit.admitted_ms, permit.waited_s > 0
                 started = time.monotonic()
                 answer = http.post(endpoint, json={"n": key}, headers={"Idempotency-Key": key})
                 latency_ms = (time.monotonic() - started) * 1000.0
@@ -132,7 +136,13 @@ def worker(variant: str, url: str, prefix: str, endpoint: str, max_s: float) -> 
                 if reporter is not None:
                     kind = outcome.kind if outcome.kind in ("ok", "throttled") else "unavailable"
                     hint = parse_rate_limit_headers(answer.headers, now=time.time())
-                    reporter.observe(kind, latency_ms=latency_ms, hint=hint)  # type: ignore[arg-type]
+                    reporter.observe(
+                        kind,
+                        latency_ms=latency_ms,
+                        hint=hint,
+                        admitted_ms=admitted_ms,
+                        held=held,
+                    )
                 client.rpush(out, json.dumps([time.time(), answer.status_code]))
                 if outcome.kind == "ok":
                     if local is not None:

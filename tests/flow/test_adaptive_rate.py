@@ -78,6 +78,9 @@ windows = st.builds(
     saturated=st.booleans(),
     sent_rate=st.one_of(st.none(), st.floats(0, 300)),
     hint=hints,
+    # Admission times around the run's clock (T0 plus up to 60 gaps of 30 s): before
+    # and after any cut, or unknown.
+    throttled_admitted_ms=st.one_of(st.none(), st.floats(T0 - 5_000, T0 + 1_800_000)),
 )
 
 ticks = st.lists(st.tuples(st.floats(0, 30_000), windows), min_size=1, max_size=60)
@@ -112,10 +115,11 @@ def test_a_suspension_prone_downstream_is_never_sent_above_its_ceiling(
 ) -> None:
     """Once a ceiling exists the rate stays under it; a 429 that moves the ceiling
     puts it below the rate the 429 appeared at (or at the floor); only a probe
-    ("reprobe") or a rising advertisement ("advertised") raises it, and an echo within
-    settle_s leaves it."""
+    ("reprobe") or a rising advertisement ("advertised") raises it, and an echo (a
+    429 within settle_s without admission times, or one admitted before the last cut)
+    leaves it."""
     prone = RatePolicy(**{**_fields(policy), "suspension_prone": True})
-    for decision in run(prone, steps):
+    for (_, window), decision in zip(steps, run(prone, steps), strict=True):
         state, previous = decision.state, decision.previous
         moved = state.ceiling != previous.ceiling
         if decision.reason == "throttled" and moved and state.ceiling is not None:
@@ -124,8 +128,11 @@ def test_a_suspension_prone_downstream_is_never_sent_above_its_ceiling(
             assert state.ceiling is not None  # a 429 never forgets a ceiling
         if decision.reason == "throttled" and previous.ceiling_set_ms is not None:
             echo = state.updated_ms - previous.ceiling_set_ms < prone.settle_s * 1000  # type: ignore[operator]
-            if echo and previous.probe_from is None:
+            guessed = window.throttled_admitted_ms is None  # no admission time
+            if echo and guessed and previous.probe_from is None:
                 assert state.ceiling == previous.ceiling
+        if decision.reason == "throttled_stale":
+            assert (state.rate, state.ceiling) == (previous.rate, previous.ceiling)
         raised = (
             state.ceiling is not None
             and previous.ceiling is not None
@@ -175,6 +182,44 @@ def test_a_429_storm_backs_off_monotonically_to_the_floor(
     needed = math.ceil(math.log(policy.min_rate / state.rate) / math.log(step))
     if len(decisions) >= max(1, needed):
         assert rates[-1] == pytest.approx(policy.min_rate)
+
+
+@given(
+    policy=policies,
+    start=st.floats(0.1, 500),
+    storm=st.lists(
+        st.tuples(
+            st.floats(0, 5_000),
+            st.builds(
+                RateWindow,
+                successes=st.integers(0, 50),
+                throttled=st.integers(1, 50),
+                saturated=st.booleans(),
+                sent_rate=st.one_of(st.none(), st.floats(0, 500)),
+                hint=hints,
+                throttled_admitted_ms=st.one_of(st.none(), st.floats(T0 - 5_000, T0 + 400_000)),
+            ),
+        ),
+        min_size=1,
+        max_size=80,
+    ),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_429_storm_with_admission_times_never_raises_the_rate(
+    policy: RatePolicy, start: float, storm: list[tuple[float, RateWindow]]
+) -> None:
+    """Stamped 429s: an echo holds the rate, a fresh one cuts it — never up, and a
+    window of echoes only is exactly one whose every call was admitted before the cut."""
+    state = initial_rate_state(policy, RateState(rate=start))
+    decisions = run(policy, storm, start=state)
+    rates = [state.rate] + [d.state.rate for d in decisions]
+    assert all(later <= earlier for earlier, later in itertools.pairwise(rates))
+    for (_, window), decision in zip(storm, decisions, strict=True):
+        assert decision.reason in {"throttled", "throttled_stale"}
+        cut = decision.previous.cut_ms
+        stale = window.throttled_admitted_ms is not None and cut is not None
+        stale = stale and window.throttled_admitted_ms < cut  # type: ignore[operator]
+        assert (decision.reason == "throttled_stale") == stale
 
 
 @given(policy=policies, steps=ticks)
@@ -742,3 +787,132 @@ def test_the_adaptive_surface_is_sorted_and_complete() -> None:
         if isinstance(value, type) or (callable(value) and hasattr(value, "__code__")):
             module = value.__module__
             assert module.startswith("tidegate.flow.adaptive._") or module == "tidegate.keys"
+
+
+# -- the echo: 429s of calls admitted before a cut, counted after it -----------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 6, 7])
+def test_scenario_echoes_of_a_cut_do_not_cut_again(seed: int) -> None:
+    """Real processes: the gate hands slots out 0.4 s ahead (four workers waiting at
+    10/s), answers reach the window up to 0.3 s after the call, calls arrive with 50 ms
+    of jitter. At the maintenance dip the calls already admitted at 10/s draw their
+    429s after the first cut; counted as news they cut twice more (8.9, 6.2, 2.7/s)
+    and the fleet was suspended in four of eight seeds. Stamped with their admission
+    time they are echoes: one cut under the fall's first 429s, one more for the 429 of
+    a call admitted after it, and the rate rests just under the 4/s."""
+    run_ = run_model(
+        PRONE,
+        seconds=420,
+        capacity=10.0,
+        schedule=MAINTENANCE,
+        burst=2,
+        jitter_s=0.05,
+        admit_lead_s=0.4,
+        report_s=0.3,
+        seed=seed,
+    )
+
+    cuts = [rate for t, reason, rate in run_.decisions if reason == "throttled" and t >= 119]
+    dip = run_.rate[120:180]
+    assert run_.suspensions == 0
+    assert run_.throttled_share() <= 0.01
+    assert len([t for t, r, _ in run_.decisions if r == "throttled" and 119 <= t < 130]) == 2
+    assert 0.9 * 4.0 <= min(dip) <= 4.0, cuts[:3]
+    assert (run_.under_s(120) or math.inf) <= 5
+    assert run_.utilisation(240, 420) >= 0.9
+    assert (run_.reach_s(180) or math.inf) <= 30
+
+
+def test_scenario_without_admission_times_the_echo_is_still_counted() -> None:
+    """The same run with reports that carry no admission time (an observer outside a
+    gate slot): every 429 counts, as before — the dip's echoes cut the rate below 3/s.
+    This is the failure the stamps remove, kept visible in the model."""
+    run_ = run_model(
+        PRONE,
+        seconds=420,
+        capacity=10.0,
+        schedule=MAINTENANCE,
+        burst=2,
+        jitter_s=0.05,
+        admit_lead_s=0.4,
+        report_s=0.3,
+        stamped=False,
+    )
+
+    assert min(run_.rate[120:180]) < 3.0
+    assert len([t for t, r, _ in run_.decisions if r == "throttled" and 119 <= t < 130]) == 3
+
+
+def _cut_at(rate: float, now: float) -> RateState:
+    """The state right after a first 429 at ``rate`` (the ceiling set just under it)."""
+    return decide_rate(RateState(rate=rate), RateWindow(throttled=1), PRONE, now_ms=now).state
+
+
+def test_a_429_of_a_call_admitted_before_the_cut_is_stale() -> None:
+    """Counted and named (``throttled_stale``), but neither the rate nor the ceiling
+    moves, and no new rejection is stamped: the cut already answered it."""
+    state = _cut_at(10.0, T0)
+    echo = RateWindow(successes=3, throttled=2, saturated=True, throttled_admitted_ms=T0 - 300)
+
+    decision = decide_rate(state, echo, PRONE, now_ms=T0 + 1_000)
+
+    assert decision.reason == "throttled_stale"
+    assert (decision.state.rate, decision.state.ceiling) == (state.rate, state.ceiling)
+    assert decision.state.last_rejection_ms == state.last_rejection_ms
+    assert not decision.changed
+
+
+def test_the_first_call_admitted_after_a_cut_still_goes_at_the_old_spacing() -> None:
+    """The gate's GCRA reserved the next slot at the old interval (100 ms at 10/s):
+    a call admitted within it after the cut is an echo too; one after it is news."""
+    state = _cut_at(10.0, T0)
+
+    within = RateWindow(throttled=1, saturated=True, throttled_admitted_ms=T0 + 60)
+    after = RateWindow(throttled=1, saturated=True, throttled_admitted_ms=T0 + 150)
+
+    assert decide_rate(state, within, PRONE, now_ms=T0 + 1_000).reason == "throttled_stale"
+    assert decide_rate(state, after, PRONE, now_ms=T0 + 1_000).reason == "throttled"
+
+
+def test_a_fresh_429_right_after_a_cut_lowers_the_ceiling() -> None:
+    """Admitted after the cut, at the new rate: the capacity is below it (a fall), so
+    the ceiling goes under the new rate — where, without admission times, a 429 this
+    soon is guessed to be an echo and the ceiling stays."""
+    state = _cut_at(10.0, T0)
+    assert state.ceiling == pytest.approx(9.0)
+
+    fresh = decide_rate(
+        state,
+        RateWindow(throttled=1, saturated=True, throttled_admitted_ms=T0 + 500),
+        PRONE,
+        now_ms=T0 + 1_000,
+    )
+    guessed = decide_rate(state, RateWindow(throttled=1, saturated=True), PRONE, now_ms=T0 + 1_000)
+
+    assert fresh.reason == "throttled"
+    assert fresh.state.ceiling is not None
+    assert fresh.state.ceiling < state.rate
+    assert fresh.state.rate <= fresh.state.ceiling
+    assert guessed.state.ceiling == state.ceiling
+    assert guessed.state.rate < state.rate
+
+
+def test_a_503_in_the_window_cuts_even_beside_stale_429s() -> None:
+    """Only 429s are set aside by their admission time; unavailability is news."""
+    state = _cut_at(10.0, T0)
+    window = RateWindow(throttled=1, unavailable=1, throttled_admitted_ms=T0 - 300)
+
+    decision = decide_rate(state, window, PRONE, now_ms=T0 + 1_000)
+
+    assert decision.reason == "unavailable"
+    assert decision.state.rate < state.rate
+
+
+def test_the_cut_time_survives_the_store() -> None:
+    """``cut_ms`` is part of the learned state, so a controller that takes over still
+    knows which 429s are echoes."""
+    state = _cut_at(10.0, T0)
+
+    assert state.cut_ms == pytest.approx(T0 + 100.0)
+    assert RateState.from_dict(state.as_dict()) == state

@@ -5,6 +5,11 @@ that sees them all (status, how long the answer took, the rate-limit headers). T
 client hands each call to a :class:`CallObserver` — in a worker, the one that writes
 it into the fleet's window in Redis — and never lets observing fail a delivery: an
 observer that raises is logged once per kind of error and the call goes on.
+
+When the gate admitted the call is not the client's to know or to pass: the observer
+is called inside the gate slot held around the call, and the adaptive reporter reads
+the slot's admission time there (``tidegate.flow._admitted``), so a 429 to a call
+admitted before the controller's last cut is recognised as its echo.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import redis.asyncio
 
 from tidegate._redis import async_client_from_url, client_from_url
 from tidegate.errors import BackendError, BackendUnavailable, ConfigurationError
+from tidegate.flow._admitted import holding
 from tidegate.flow._core import (
     Decision,
     Limit,
@@ -117,7 +118,9 @@ class SyncControl(_Control):
         super().__init__(limit, fail_open=fail_open)
         self.backend: Backend = resolve_backend(store)
 
-    def _permit(self, holder: str, *, leased: bool, waited_s: float) -> Permit:
+    def _permit(
+        self, holder: str, *, leased: bool, waited_s: float, admitted_ms: float | None = None
+    ) -> Permit:
         return Permit(
             self.backend,
             self.limit.name,
@@ -127,6 +130,7 @@ class SyncControl(_Control):
             waited_s=waited_s,
             lease_s=self.limit.lease_s,
             wake_cap=self._wake_cap,
+            admitted_ms=admitted_ms,
         )
 
     def _try(self, cost: int) -> Decision:
@@ -138,7 +142,11 @@ class SyncControl(_Control):
             return _unavailable(self.limit, exc, self.fail_open)
         if result.status is not Status.ADMITTED:
             return self.limit.refusal(result)
-        permit = self._permit(holder, leased=True, waited_s=0.0) if result.leased else None
+        permit = (
+            self._permit(holder, leased=True, waited_s=0.0, admitted_ms=result.now_ms)
+            if result.leased
+            else None
+        )
         return Decision(True, 0.0, result.remaining, "admitted", permit)
 
     def _admit(self, cost: int, max_wait: float) -> Permit:
@@ -150,7 +158,12 @@ class SyncControl(_Control):
         except BackendUnavailable as exc:
             _unavailable(self.limit, exc, self.fail_open)
             return self._permit(holder, leased=False, waited_s=0.0)
-        return self._permit(holder, leased=admitted.leased, waited_s=admitted.waited_s)
+        return self._permit(
+            holder,
+            leased=admitted.leased,
+            waited_s=admitted.waited_s,
+            admitted_ms=admitted.admitted_ms,
+        )
 
     @contextlib.contextmanager
     def _slot(self, cost: int, max_wait: float, auto_renew: bool) -> Iterator[Permit]:
@@ -158,7 +171,8 @@ class SyncControl(_Control):
         if auto_renew:
             permit.start_renewing()
         try:
-            yield permit
+            with holding(self.limit.name, permit.admitted_ms, permit.waited_s):
+                yield permit
         finally:
             try:
                 permit.release()
@@ -173,7 +187,9 @@ class AsyncControl(_Control):
         super().__init__(limit, fail_open=fail_open)
         self.backend: AsyncBackend = resolve_async_backend(store)
 
-    def _permit(self, holder: str, *, leased: bool, waited_s: float) -> AsyncPermit:
+    def _permit(
+        self, holder: str, *, leased: bool, waited_s: float, admitted_ms: float | None = None
+    ) -> AsyncPermit:
         return AsyncPermit(
             self.backend,
             self.limit.name,
@@ -183,6 +199,7 @@ class AsyncControl(_Control):
             waited_s=waited_s,
             lease_s=self.limit.lease_s,
             wake_cap=self._wake_cap,
+            admitted_ms=admitted_ms,
         )
 
     async def _try(self, cost: int) -> Decision:
@@ -194,7 +211,11 @@ class AsyncControl(_Control):
             return _unavailable(self.limit, exc, self.fail_open)
         if result.status is not Status.ADMITTED:
             return self.limit.refusal(result)
-        permit = self._permit(holder, leased=True, waited_s=0.0) if result.leased else None
+        permit = (
+            self._permit(holder, leased=True, waited_s=0.0, admitted_ms=result.now_ms)
+            if result.leased
+            else None
+        )
         return Decision(True, 0.0, result.remaining, "admitted", permit)
 
     async def _admit(self, cost: int, max_wait: float) -> AsyncPermit:
@@ -206,7 +227,12 @@ class AsyncControl(_Control):
         except BackendUnavailable as exc:
             _unavailable(self.limit, exc, self.fail_open)
             return self._permit(holder, leased=False, waited_s=0.0)
-        return self._permit(holder, leased=admitted.leased, waited_s=admitted.waited_s)
+        return self._permit(
+            holder,
+            leased=admitted.leased,
+            waited_s=admitted.waited_s,
+            admitted_ms=admitted.admitted_ms,
+        )
 
     @contextlib.asynccontextmanager
     async def _slot(
@@ -216,7 +242,8 @@ class AsyncControl(_Control):
         if auto_renew:
             permit.start_renewing()
         try:
-            yield permit
+            with holding(self.limit.name, permit.admitted_ms, permit.waited_s):
+                yield permit
         finally:
             try:
                 await permit.release()

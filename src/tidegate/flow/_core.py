@@ -115,12 +115,17 @@ class Decision:
 
 
 class Admission(NamedTuple):
-    """The end of a successful ``acquire``: how long it waited, and the lease taken."""
+    """The end of a successful ``acquire``: how long it waited, and the lease taken.
+
+    ``admitted_ms`` is when the admitting decision was made (fleet clock): the slot was
+    spaced at the rate in force then, however long the caller slept until it.
+    """
 
     waited_s: float
     remaining: int
     holder: str
     leased: bool
+    admitted_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +277,7 @@ class Limit:
                             now_s = slept
                             continue
                 waited = now_s - started_s + wait_s
-                return Admission(waited, result.remaining, holder, result.leased)
+                return Admission(waited, result.remaining, holder, result.leased, result.now_ms)
             if result.status is Status.RATE or (
                 result.status is Status.PAUSED and wait_s > budget_s
             ):

@@ -34,6 +34,7 @@ class _PermitBase:
         "_lease_s",
         "_valid_until",
         "_wake_cap",
+        "admitted_ms",
         "holder",
         "leased",
         "name",
@@ -50,8 +51,12 @@ class _PermitBase:
         waited_s: float,
         lease_s: float,
         wake_cap: int,
+        admitted_ms: float | None = None,
     ) -> None:
         self.name = name
+        #: When the gate admitted this call (fleet clock, ms; ``None``: admitted without
+        #: the backend). A 429 to it is an echo if the rate was cut after this.
+        self.admitted_ms = admitted_ms
         self._keys = keys
         self.holder = holder
         #: A concurrency lease is held (and must be released).

@@ -10,12 +10,30 @@ downstream after a seeded jitter, the downstream is the customs sim's own
 repeated 429s, a 429 pauses the gate for its ``Retry-After`` (the fleet-wide pause),
 and once a second the controller decides from what came back. Deterministic, so tests
 can assert on it; the real thing is measured by ``bench/adaptive.py``.
+
+Real processes add two delays the controller must not mistake for evidence, and the
+model can add them too (both off by default, the model's first form):
+
+* ``admit_lead_s`` — the gate reserves slots ahead for the workers waiting on it, so a
+  call is *admitted* (its slot spaced at the rate in force then) up to this long before
+  it goes: a cut does not respace the slots already handed out;
+* ``report_s`` — a call's answer reaches the controller's window up to this long after
+  the call reached the downstream (its latency, the report's round trip, a busy CPU),
+  and the worker writes the fleet's pause only then: a 429 can land in the window of
+  the tick *after* the cut it already caused.
+
+Together they make the echo of a failed probe: 429s from calls admitted before the
+cut, counted after it. Each throttled call carries its admission time into the window
+(``RateWindow.throttled_admitted_ms``) unless ``stamped`` is off, like an observer
+that does not know it.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +73,7 @@ class ModelRun:
         capacity: the downstream's true rate in each second.
         rate: the gate's live rate at the end of each second.
         suspensions: how many times the downstream suspended the fleet.
+        decisions: ``(second, reason, rate)`` of every decision that changed the rate.
     """
 
     accepted: list[int] = field(default_factory=list)
@@ -62,6 +81,7 @@ class ModelRun:
     capacity: list[float] = field(default_factory=list)
     rate: list[float] = field(default_factory=list)
     suspensions: int = 0
+    decisions: list[tuple[int, str, float]] = field(default_factory=list)
 
     def utilisation(self, start: int, end: int) -> float:
         """Accepted calls over what the capacity allowed in seconds ``[start, end)``."""
@@ -124,6 +144,72 @@ class _Customs:
         return max(1.0, math.ceil(wait - 1e-9))
 
 
+@dataclass
+class _Window:
+    """The answers that reached the controller's window since the last tick."""
+
+    ok: int = 0
+    throttled: int = 0
+    admitted_max: float | None = None  # the latest admission among the throttled
+
+
+class _Fleet:
+    """The gate and the workers on the virtual clock: slots, pauses, reports.
+
+    A slot is spaced at the rate in force when it was *admitted* (``admit_lead_s``
+    before it, or when a pause ended: a slot reserved before a pause is forfeited and
+    admitted anew at its end, with every other caller that waited on it). A 429 pauses
+    the fleet from the moment its answer is reported, and the answer joins the window
+    of the tick after that moment.
+    """
+
+    def __init__(self, rate: float, *, admit_lead_s: float, report_s: float) -> None:
+        self.rates_at, self.rates = [0.0], [rate]  # the gate's rate from each tick on
+        self.admit_lead_s, self.report_s = admit_lead_s, report_s
+        self.slot = self.paused_until = 0.0
+        self.pauses: list[tuple[float, float]] = []  # heap: (known_at, until)
+        self.reports: list[tuple[float, int, bool, float]] = []  # heap: (at, n, ok, admitted)
+        self.sent = 0
+
+    def next_slot(self, end: float) -> tuple[float, float] | None:
+        """The next call's ``(slot, admitted)`` before ``end``, or ``None``."""
+        while self.pauses and self.pauses[0][0] <= max(self.slot, self.paused_until):
+            self.paused_until = max(self.paused_until, heapq.heappop(self.pauses)[1])
+        self.slot = max(self.slot, self.paused_until)
+        if self.slot >= end:
+            return None
+        return self.slot, max(self.slot - self.admit_lead_s, self.paused_until)
+
+    def answered(
+        self, rng: random.Random, slot: float, admitted: float, arrival: float, retry: float | None
+    ) -> None:
+        """Record one answer and space the slot after it."""
+        known = slot if self.report_s == 0 else arrival + rng.uniform(0.0, self.report_s)
+        heapq.heappush(self.reports, (known, self.sent, retry is None, admitted))
+        self.sent += 1
+        if retry is not None:
+            heapq.heappush(self.pauses, (known, arrival + retry))
+        rate = self.rates[bisect_right(self.rates_at, max(0.0, admitted)) - 1]
+        self.slot += 1.0 / rate
+
+    def window(self, end: float) -> _Window:
+        """Take the answers reported before ``end``."""
+        window = _Window()
+        while self.reports and self.reports[0][0] < end:
+            _, _, accepted, admitted = heapq.heappop(self.reports)
+            if accepted:
+                window.ok += 1
+                continue
+            window.throttled += 1
+            latest = window.admitted_max
+            window.admitted_max = admitted if latest is None else max(latest, admitted)
+        return window
+
+    def retune(self, at: float, rate: float) -> None:
+        self.rates_at.append(at)
+        self.rates.append(rate)
+
+
 def run_model(
     policy: RatePolicy | None,
     *,
@@ -138,6 +224,9 @@ def run_model(
     suspend_s: float = 30.0,
     seed: int = 0,
     advertise: Callable[[float], RateLimitHint | None] | None = None,
+    admit_lead_s: float = 0.0,
+    report_s: float = 0.0,
+    stamped: bool = True,
 ) -> ModelRun:
     """Run the loop for ``seconds`` with an unlimited backlog.
 
@@ -148,6 +237,12 @@ def run_model(
             does (``limit = rate × 60`` per 60 s) on every answer.
         jitter_s: each call reaches the downstream up to this long after its slot.
         advertise: a custom hint per answer time (overrides ``headers``).
+        admit_lead_s: each slot was reserved (at the rate then in force) this long
+            before it, seconds; 0: at the slot itself.
+        report_s: each answer reaches the window (and a 429 pauses the fleet) up to
+            this long after the call reached the downstream, seconds; 0: in the tick
+            of the call's slot, at once.
+        stamped: throttled calls carry their admission time into the window.
     """
     rng = random.Random(seed)
     customs = _Customs(capacity, burst, schedule, suspend_after, suspend_s)
@@ -158,43 +253,46 @@ def run_model(
     else:
         assert fixed_rate is not None
         rate = fixed_rate
+    fleet = _Fleet(rate, admit_lead_s=admit_lead_s, report_s=report_s)
     out = ModelRun()
-    slot, paused_until = 0.0, 0.0
-    ok = throttled = 0
     hint: RateLimitHint | None = None
     for second in range(seconds):
         end = second + 1.0
-        while True:
-            slot = max(slot, paused_until)
-            if slot >= end:
-                break
+        accepted = throttled = 0
+        while (call := fleet.next_slot(end)) is not None:
+            slot, admitted = call
             arrival = slot + (rng.uniform(0.0, jitter_s) if jitter_s else 0.0)
             retry_after = customs.call(arrival)
-            cap = capacity_at(arrival, capacity, schedule)
             if advertise is not None:
                 hint = advertise(arrival)
             elif headers:
+                cap = capacity_at(arrival, capacity, schedule)
                 hint = RateLimitHint(limit=cap * 60.0, window_s=60.0, source="x-ratelimit")
             if retry_after is None:
-                ok += 1
+                accepted += 1
             else:
                 throttled += 1
-                paused_until = max(paused_until, arrival + retry_after)
-            slot += 1.0 / rate
-        out.accepted.append(ok)
+            fleet.answered(rng, slot, admitted, arrival, retry_after)
+        out.accepted.append(accepted)
         out.throttled.append(throttled)
         out.capacity.append(capacity_at(second, capacity, schedule))
         if policy is not None and state is not None:
+            seen = fleet.window(end)
+            stamp = seen.admitted_max if stamped else None
             window = RateWindow(
-                successes=ok,
-                throttled=throttled,
+                successes=seen.ok,
+                throttled=seen.throttled,
                 saturated=True,
-                sent_rate=float(ok + throttled),
+                sent_rate=float(seen.ok + seen.throttled),
                 hint=hint,
+                throttled_admitted_ms=None if stamp is None else stamp * 1000.0,
             )
-            state = decide_rate(state, window, policy, now_ms=end * 1000.0).state
+            decision = decide_rate(state, window, policy, now_ms=end * 1000.0)
+            state = decision.state
+            if state.rate != rate:
+                out.decisions.append((second, decision.reason, state.rate))
+                fleet.retune(end, state.rate)
             rate = state.rate
         out.rate.append(rate)
-        ok = throttled = 0
     out.suspensions = customs.suspensions
     return out

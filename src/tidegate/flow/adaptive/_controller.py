@@ -176,6 +176,7 @@ class AdaptiveController:
         in_flight: int = 0,
         held: bool = False,
         hint: RateLimitHint | None = None,
+        admitted_ms: float | None = None,
     ) -> None:
         """Report one downstream call into the fleet's window (every worker, every call).
 
@@ -186,9 +187,17 @@ class AdaptiveController:
             in_flight: leases held while it ran (the gate's ``leases_held``).
             held: the gate made this call wait for admission.
             hint: the answer's rate-limit headers (``parse_rate_limit_headers``).
+            admitted_ms: when the gate admitted the call (``Permit.admitted_ms``, fleet
+                clock): a 429 to a call admitted before the last cut is an echo.
         """
         self.store.observe(
-            self.keys, outcome, latency_ms=latency_ms, in_flight=in_flight, held=held, hint=hint
+            self.keys,
+            outcome,
+            latency_ms=latency_ms,
+            in_flight=in_flight,
+            held=held,
+            hint=hint,
+            admitted_ms=admitted_ms,
         )
 
     def _lead(self) -> AdaptivePolicy | None:
@@ -218,7 +227,8 @@ class AdaptiveController:
                 cstate, latency, policy.concurrency, now_ms=now, mode=policy.mode
             )
             record = replace(record, concurrency=concurrency_decision.state)
-        events = self._events(rate_decision, concurrency_decision, now)
+        throttled = 0 if rate is None else rate.throttled
+        events = self._events(rate_decision, concurrency_decision, now, throttled=throttled)
         saved = self.store.save(
             self.keys,
             self.holder,
@@ -328,10 +338,17 @@ class AdaptiveController:
         rate: RateDecision | None,
         concurrency: ConcurrencyDecision | None,
         now: float,
+        *,
+        throttled: int = 0,
     ) -> list[tuple[str, dict[str, Any]]]:
         events = []
         if rate is not None and rate.changed:
             events.append(("adaptive_rate_changed", {"kind": "rate", "at_ms": now, **rate.event()}))
+        elif rate is not None and rate.reason == "throttled_stale":
+            # Nothing moves, but an operator reading the history sees the 429s and why
+            # they did not cut (the gateway counts them towards a suspension all the same).
+            fields = {"kind": "rate", "at_ms": now, **rate.event(), "throttled": throttled}
+            events.append(("adaptive_rate_stale_rejection", fields))
         if concurrency is not None and concurrency.changed:
             fields = {"kind": "concurrency", "at_ms": now, **concurrency.event()}
             events.append(("adaptive_concurrency_changed", fields))

@@ -22,6 +22,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from tidegate.errors import BackendError, ConfigurationError
+from tidegate.flow._admitted import admitted_ms as held_since
+from tidegate.flow._admitted import waited
 from tidegate.flow.adaptive._controller import AdaptiveController
 from tidegate.flow.adaptive._hint import RateLimitHint
 from tidegate.flow.adaptive._observe import CallOutcome
@@ -41,6 +43,13 @@ DEFAULT_TICK_S = 1.0
 class AdaptiveReporter:
     """Writes each downstream call into the fleet's window (a ``CallObserver``).
 
+    Each report carries when the gate admitted the call and whether it had to wait:
+    given, or read from the gate slot this context holds (``with gate.slot():
+    client.send(...)`` — the client calls the observer inside the slot). The first
+    tells a 429 of a call admitted before the last cut (an echo) from news; the second
+    that the gate, not demand, set the pace (``held``: the window is saturated, and its
+    measured rate, deflated by a pause, is not the rate a 429 met).
+
     Args:
         controller: the downstream's controller on this worker.
         gate: the downstream's gate, to count the leases in flight for a latency
@@ -52,14 +61,32 @@ class AdaptiveReporter:
         self.gate = gate
 
     def observe(
-        self, outcome: CallOutcome, *, latency_ms: float | None, hint: RateLimitHint | None
+        self,
+        outcome: CallOutcome,
+        *,
+        latency_ms: float | None,
+        hint: RateLimitHint | None,
+        admitted_ms: float | None = None,
+        held: bool | None = None,
     ) -> None:
         in_flight = 0
         if self.gate is not None and latency_ms is not None:
             policy = self.controller.policy
             if policy.concurrency is not None:
                 in_flight = self.gate.state().leases_held
-        self.controller.report(outcome, latency_ms=latency_ms, in_flight=in_flight, hint=hint)
+        name = self.gate.name if self.gate is not None else self.controller.name
+        if admitted_ms is None:
+            admitted_ms = held_since(name)
+        if held is None:
+            held = bool(waited(name))
+        self.controller.report(
+            outcome,
+            latency_ms=latency_ms,
+            in_flight=in_flight,
+            held=held,
+            hint=hint,
+            admitted_ms=admitted_ms,
+        )
 
 
 class AdaptiveLoop:

@@ -46,6 +46,8 @@ class Observations:
         latency_min_ms: the fastest, ``None`` when no latency was reported.
         max_in_flight: the most leases held while a reported call ran.
         hint: the last rate-limit headers reported in the window.
+        throttled_stamped: 429s reported with their admission time.
+        throttled_admitted_max_ms: the latest of those admission times (fleet clock).
     """
 
     ok: int = 0
@@ -57,6 +59,8 @@ class Observations:
     latency_min_ms: float | None = None
     max_in_flight: int = 0
     hint: RateLimitHint | None = None
+    throttled_stamped: int = 0
+    throttled_admitted_max_ms: float | None = None
 
     @property
     def calls(self) -> int:
@@ -64,7 +68,9 @@ class Observations:
         return self.ok + self.throttled + self.unavailable
 
 
-def check_report(outcome: str, latency_ms: float | None, in_flight: int) -> None:
+def check_report(
+    outcome: str, latency_ms: float | None, in_flight: int, admitted_ms: float | None = None
+) -> None:
     """Refuse a report that would poison the window (a bug in the caller)."""
     if outcome not in _OUTCOMES:
         raise ConfigurationError(f"outcome must be one of {sorted(_OUTCOMES)}, got {outcome!r}")
@@ -72,6 +78,12 @@ def check_report(outcome: str, latency_ms: float | None, in_flight: int) -> None
         raise ConfigurationError(f"latency_ms must be a finite number > 0, got {latency_ms!r}")
     if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 0:
         raise ConfigurationError(f"in_flight must be an integer >= 0, got {in_flight!r}")
+    if admitted_ms is not None and not (
+        isinstance(admitted_ms, int | float)
+        and not isinstance(admitted_ms, bool)
+        and math.isfinite(admitted_ms)
+    ):
+        raise ConfigurationError(f"admitted_ms must be a finite number, got {admitted_ms!r}")
 
 
 def encode_hint(hint: RateLimitHint | None) -> str:
@@ -130,7 +142,17 @@ def observations_from_fields(fields: Mapping[str, str]) -> Observations:
         latency_min_ms=low,
         max_in_flight=_int(fields, "max_in_flight"),
         hint=_hint(fields.get("hint")),
+        throttled_stamped=_int(fields, "throttled_stamped"),
+        throttled_admitted_max_ms=_float(fields.get("throttled_admitted_max_ms")),
     )
+
+
+def _float(raw: str | None) -> float | None:
+    try:
+        value = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def windows(
@@ -148,6 +170,9 @@ def windows(
     sent = None
     if elapsed_s is not None and elapsed_s > 0 and obs.calls:
         sent = obs.calls / elapsed_s
+    # The latest admission time says something only if every 429 brought one: an
+    # unstamped 429 may be fresh, and then the window is not an echo.
+    stamped = obs.throttled > 0 and obs.throttled_stamped >= obs.throttled
     rate = RateWindow(
         successes=obs.ok,
         throttled=obs.throttled,
@@ -155,6 +180,7 @@ def windows(
         saturated=saturated or obs.held > 0,
         sent_rate=sent,
         hint=obs.hint,
+        throttled_admitted_ms=obs.throttled_admitted_max_ms if stamped else None,
     )
     if obs.latency_count and obs.latency_min_ms is not None:
         mean = max(obs.latency_sum_ms / obs.latency_count, obs.latency_min_ms)

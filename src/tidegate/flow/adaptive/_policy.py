@@ -88,10 +88,12 @@ class RatePolicy:
         ceiling_margin: the ceiling is the 429's rate times this (0 < m < 1), or the
             rate of the last window that went through cleanly when that is lower (a
             429 met during the slow start overshot by a whole growth step).
-        settle_s: a 429 this soon after the 429 that set the ceiling (or failed a
-            probe) is an echo of the rate before the cut (a slot reserved at the old
-            spacing, a call already on the wire): it cuts the rate once more by
-            ``decrease_factor`` but leaves the ceiling, seconds (> 0).
+        settle_s: for reports without admission times only: a 429 this soon after
+            the 429 that set the ceiling (or failed a probe) is taken for an echo of
+            the rate before the cut (a slot reserved at the old spacing, a call already
+            on the wire): it cuts the rate once more by ``decrease_factor`` but leaves
+            the ceiling, seconds (> 0). With admission times the echo is known, not
+            guessed (``RateWindow.throttled_admitted_ms``).
         recover_s: seconds after a rejection before the rate grows again (>= 0).
         quiet_s: seconds without a rejection before the ceiling is probed (> 0): the
             ceiling is raised by ``reprobe_factor``, and if the next ``quiet_s`` pass

@@ -24,9 +24,11 @@ Guarantees, for any sequence of windows (property-tested):
 
 * ``min_rate <= rate <= max_rate``;
 * for a suspension-prone downstream, once a 429 was seen, ``rate <= ceiling``, and
-  the ceiling a 429 sets lies below the rate the 429 appeared at (or at the floor;
-  later 429s within ``settle_s`` are echoes of the rate before the cut and only cut
-  the rate);
+  the ceiling a 429 sets lies below the rate the 429 appeared at (or at the floor);
+* a 429 of a call the gate admitted before the last cut (``throttled_admitted_ms``
+  earlier than ``cut_ms``) is an echo of the rate before it: counted, named
+  ``throttled_stale``, and nothing moves. Reports without admission times fall back
+  on the clock: 429s within ``settle_s`` of a new ceiling only cut the rate;
 * under a storm of 429s the rate never rises, and falls to the floor.
 """
 
@@ -97,7 +99,8 @@ def decide_rate(
         now_ms: the current time on the fleet clock, in ms.
         mode: ``on`` decides; ``frozen`` and ``off`` keep the state as it is.
 
-    The rules, first match wins: a 429 or 503 cuts (to the advertised rate if the
+    The rules, first match wins: 429s that all come from calls admitted before the
+    last cut hold (an echo); a 429 or 503 cuts (to the advertised rate if the
     window's headers say less is left than the cut allows; a failed probe goes back
     to the ceiling before it); rate-limit headers set the rate; saturated success
     grows it once ``recover_s`` has passed since the last rejection (below the ceiling
@@ -116,6 +119,10 @@ def decide_rate(
         raise ConfigurationError(f"now_ms must be finite, got {now_ms!r}")
     if mode != "on":
         return RateDecision(replace(state, updated_ms=now_ms), state, mode)
+    window_or_echo = _without_echoes(state, window, policy, now_ms)
+    if isinstance(window_or_echo, RateDecision):
+        return window_or_echo
+    window = window_or_echo
     if window.throttled or window.unavailable:
         return _cut(state, window, policy, now_ms)
     ceiling = state.ceiling if policy.suspension_prone else None
@@ -147,6 +154,32 @@ def decide_rate(
     return _decision(probed, state.rate, probed.ceiling, "reprobe", now_ms, previous=before)
 
 
+def _stale(state: RateState, window: RateWindow) -> bool:
+    """Every 429 in the window came from a call admitted before the last cut.
+
+    The gate hands slots out ahead (to the workers waiting on it) at the rate in force,
+    and answers come back after the next tick: the calls that drew a cut's 429 have
+    company on the wire, and their 429s land in the windows after the cut. They say
+    the old rate was too high — already acted on — and nothing about the new one.
+    Without admission times (``None``) every 429 counts, as before.
+    """
+    admitted, cut = window.throttled_admitted_ms, state.cut_ms
+    return window.throttled > 0 and admitted is not None and cut is not None and admitted < cut
+
+
+def _without_echoes(
+    state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
+) -> RateWindow | RateDecision:
+    """The window with its stale 429s set aside, or the decision to hold when they
+    were all it had (a 503 beside them is still news)."""
+    if not _stale(state, window):
+        return window
+    if window.unavailable:
+        return replace(window, throttled=0, throttled_admitted_ms=None)
+    ceiling = state.ceiling if policy.suspension_prone else None
+    return _decision(state, state.rate, ceiling, "throttled_stale", now_ms)
+
+
 def _grow(state: RateState, policy: RatePolicy, ceiling: float | None, elapsed_s: float) -> float:
     """Multiplicative before any rejection (slow start) and up to a ceiling (a rate the
     downstream accepted); additive above what is known to work."""
@@ -166,9 +199,15 @@ def _decision(
 ) -> RateDecision:
     """``state`` with the new rate and ceiling; ``previous`` is where the decision
     started (``state`` itself unless the caller already updated its memory)."""
+    before = state if previous is None else previous
+    cut_ms = state.cut_ms
+    if rate < before.rate:
+        # The gate's GCRA already reserved the next slot at the old spacing: the first
+        # call admitted after the cut still goes out there.
+        cut_ms = now_ms + 1000.0 / before.rate
     return RateDecision(
-        replace(state, rate=rate, ceiling=ceiling, updated_ms=now_ms),
-        state if previous is None else previous,
+        replace(state, rate=rate, ceiling=ceiling, updated_ms=now_ms, cut_ms=cut_ms),
+        before,
         reason,
     )
 
@@ -195,8 +234,11 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
         return replace(decided, state=stamped)
     ceiling = state.ceiling if policy.suspension_prone else None
     ceiling_set = state.ceiling_set_ms
+    # Without admission times an echo can only be guessed from the clock; with them,
+    # _stale has already set the echoes aside and this 429 is news about the rate now.
     echo = (
-        ceiling is not None
+        window.throttled_admitted_ms is None
+        and ceiling is not None
         and ceiling_set is not None
         and now_ms - ceiling_set < policy.settle_s * 1000.0
     )

@@ -19,6 +19,7 @@ __all__ = ["RateDecision", "RateReason", "RateState", "RateWindow"]
 #: Why a decision came out as it did; the ``reason`` of its log event.
 RateReason: TypeAlias = Literal[
     "throttled",  # a 429: multiplicative decrease (and a new ceiling if suspension-prone)
+    "throttled_stale",  # only 429s of calls admitted before the last cut: nothing new
     "unavailable",  # a 503: multiplicative decrease, the ceiling untouched
     "advertised",  # rate-limit headers: straight to the advertised rate
     "advertised_exhausted",  # the headers say nothing is left: wait for the reset
@@ -55,6 +56,10 @@ class RateWindow:
             the measured rate is deflated by the pause that follows a 429 (the window
             sent at the live rate until the 429, then nothing): it is not used.
         hint: the latest rate-limit headers, if the downstream sends any.
+        throttled_admitted_ms: when the gate admitted the *latest* of the throttled
+            calls (fleet clock, ms); ``None`` when there was none or any of them came
+            without its admission time. A call admitted before the last cut went out
+            at the rate before it, so its 429 says nothing about the rate now.
     """
 
     successes: int = 0
@@ -63,6 +68,7 @@ class RateWindow:
     saturated: bool = False
     sent_rate: float | None = None
     hint: RateLimitHint | None = None
+    throttled_admitted_ms: float | None = None
 
     def __post_init__(self) -> None:
         _count("successes", self.successes)
@@ -73,6 +79,13 @@ class RateWindow:
         ):
             raise ConfigurationError(
                 f"sent_rate must be a finite number >= 0 or None, got {self.sent_rate!r}"
+            )
+        stamp = self.throttled_admitted_ms
+        if stamp is not None and not (
+            isinstance(stamp, int | float) and not isinstance(stamp, bool) and math.isfinite(stamp)
+        ):
+            raise ConfigurationError(
+                f"throttled_admitted_ms must be a finite number or None, got {stamp!r}"
             )
 
 
@@ -96,6 +109,8 @@ class RateState:
         advertised_rate: the rate the headers advertised when a 429 set the ceiling
             under it (the ceiling follows it up when it rises).
         restored_ms: when a failed probe last put the ceiling back (its echoes hold).
+        cut_ms: when a decision last lowered the rate: a call the gate admitted before
+            it was spaced at the higher rate, and its 429 is an echo of that rate.
     """
 
     rate: float
@@ -110,6 +125,7 @@ class RateState:
     quiet_s: float | None = None
     advertised_rate: float | None = None
     restored_ms: float | None = None
+    cut_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
@@ -134,6 +150,7 @@ class RateState:
             "quiet_s": self.quiet_s,
             "advertised_rate": self.advertised_rate,
             "restored_ms": self.restored_ms,
+            "cut_ms": self.cut_ms,
         }
 
     @classmethod
@@ -153,6 +170,7 @@ class RateState:
                 quiet_s=_opt_float(data.get("quiet_s")),
                 advertised_rate=_opt_float(data.get("advertised_rate")),
                 restored_ms=_opt_float(data.get("restored_ms")),
+                cut_ms=_opt_float(data.get("cut_ms")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"unreadable rate state {data!r}: {exc}") from exc

@@ -145,8 +145,9 @@ class RedisAdaptiveStore:
         in_flight: int = 0,
         held: bool = False,
         hint: RateLimitHint | None = None,
+        admitted_ms: float | None = None,
     ) -> None:
-        check_report(outcome, latency_ms, in_flight)
+        check_report(outcome, latency_ms, in_flight, admitted_ms)
         args: list[str | int] = [
             outcome,
             "" if latency_ms is None else repr(float(latency_ms)),
@@ -154,6 +155,7 @@ class RedisAdaptiveStore:
             "1" if held else "0",
             encode_hint(hint),
             OBS_TTL_MS,
+            "" if admitted_ms is None else repr(float(admitted_ms)),
         ]
         with map_redis_errors("adaptive observe"):
             self._observe([keys.obs], args)

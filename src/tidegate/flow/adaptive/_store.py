@@ -179,8 +179,10 @@ class AdaptiveStore(Protocol):
         in_flight: int = 0,
         held: bool = False,
         hint: RateLimitHint | None = None,
+        admitted_ms: float | None = None,
     ) -> None:
-        """Add one call to the current window (any worker, after every call)."""
+        """Add one call to the current window (any worker, after every call);
+        ``admitted_ms`` is when its gate admitted it (fleet clock), if known."""
         ...
 
     def drain(self, keys: AdaptiveKeys) -> Observations:
@@ -303,8 +305,9 @@ class MemoryAdaptiveStore:
         in_flight: int = 0,
         held: bool = False,
         hint: RateLimitHint | None = None,
+        admitted_ms: float | None = None,
     ) -> None:
-        check_report(outcome, latency_ms, in_flight)
+        check_report(outcome, latency_ms, in_flight, admitted_ms)
         encoded = encode_hint(hint)
         with self._lock:
             window = self._obs.setdefault(keys.obs, {})
@@ -325,6 +328,11 @@ class MemoryAdaptiveStore:
                 add("held", 1)
             if encoded:
                 window["hint"] = encoded
+            if outcome == "throttled" and admitted_ms is not None:
+                add("throttled_stamped", 1)
+                latest = window.get("throttled_admitted_max_ms")
+                if latest is None or admitted_ms > float(latest):
+                    window["throttled_admitted_max_ms"] = repr(float(admitted_ms))
 
     def drain(self, keys: AdaptiveKeys) -> Observations:
         with self._lock:
