@@ -60,7 +60,7 @@ def test_gate_policy_from_env_names_are_normalised() -> None:
 
 def test_settings_hide_the_redis_password(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TIDEGATE_REDIS_URL", "redis://u:topsecret@h:6379/0")
-    settings = Settings()
+    settings = Settings.load()
     assert "topsecret" not in repr(settings)
     assert settings.redis_url is not None
     assert "topsecret" in settings.redis_url.get_secret_value()

@@ -1,34 +1,47 @@
-"""Settings from the environment (``TIDEGATE_*``), validated once.
+"""Settings from the environment (``TIDEGATE_*``), read once per process.
 
-Process-wide settings live in :class:`Settings`. Per-downstream gate defaults are read
-from ``TIDEGATE_<NAME>_RATE`` / ``_BURST`` / ``_CONCURRENCY`` / ``_LEASE_S`` by
-:func:`gate_policy_from_env`, because the set of downstreams is open-ended. Those are
-only *defaults*: the live values are in Redis, where an operator retunes a running
-fleet with ``tidegate gate set``.
+One :class:`Settings` object holds everything a worker, an RQ job or a CLI command
+reads from the environment: Redis and the key prefix, fail-open, the orphan sweep's
+interval, the queue watermarks, the sheddable classes, and per downstream
+(:meth:`Settings.downstream`) its URL, gate shape, adaptive policy and commit wait.
+It is read once (:meth:`Settings.load`) and handed to :class:`tidegate.runtime.Runtime`,
+so a value cannot differ between two modules of one process, and a typo in any of
+them is a :class:`~tidegate.errors.ConfigurationError` when the process starts, not
+when the first document of that kind arrives.
+
+The set of downstreams is open-ended (``TIDEGATE_<NAME>_RATE``, ``_BURST``,
+``_CONCURRENCY``, ``_LEASE_S``, ``_URL``, ``_MAX_REQUEST_S``, ``_ADAPTIVE…``), so a
+downstream's part is parsed from the same snapshot of the environment when it is first
+asked for, and kept. Gate values are only *defaults*: the live values are in Redis,
+where an operator retunes a running fleet with ``tidegate gate set``.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tidegate.errors import ConfigurationError
 from tidegate.keys import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
     from tidegate.flow.adaptive import AdaptivePolicy
+    from tidegate.load.shedding import SheddingPolicy
+    from tidegate.load.watermarks import Watermarks
 
 __all__ = [
     "DEFAULT_BURST",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_LEASE_S",
     "DEFAULT_RATE",
+    "DEFAULT_SWEEP_INTERVAL_S",
     "MAX_BURST",
     "MAX_CONCURRENCY",
     "MAX_LEASE_S",
@@ -37,10 +50,12 @@ __all__ = [
     "MIN_LEASE_S",
     "MIN_RATE",
     "PREFIX_PATTERN",
+    "DownstreamSettings",
     "GatePolicy",
     "Settings",
     "adaptive_policy_from_env",
     "check_range",
+    "env_stem",
     "gate_policy_from_env",
 ]
 
@@ -75,10 +90,39 @@ MAX_LEASE_S = 86_400.0
 MAX_PAUSE_S = 604_800.0
 #: What a key prefix may contain (it is part of every Redis key and SCAN pattern).
 PREFIX_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+#: Seconds between two orphan sweeps of the fleet (``TIDEGATE_SWEEP_INTERVAL_S``).
+DEFAULT_SWEEP_INTERVAL_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class DownstreamSettings:
+    """What the environment says about one downstream.
+
+    Args:
+        name: the downstream (``customs``, ``tos``): its gate's name.
+        url: its base URL (``TIDEGATE_<NAME>_URL``), ``None`` when unset.
+        gate: the gate's default shape (``_RATE``, ``_BURST``, ``_CONCURRENCY``,
+            ``_LEASE_S``).
+        adaptive: the adaptive controller's policy (``_ADAPTIVE`` and its box), ``None``
+            when ``_ADAPTIVE`` is unset.
+        max_request_s: how long it may take to finish a request it received
+            (``_MAX_REQUEST_S``), ``None`` for no commit wait.
+    """
+
+    name: str
+    url: str | None
+    gate: GatePolicy
+    adaptive: AdaptivePolicy | None
+    max_request_s: float | None
 
 
 class Settings(BaseSettings):
-    """Process-wide settings. Every field maps to ``TIDEGATE_<FIELD>``."""
+    """The process's settings. Every field maps to ``TIDEGATE_<FIELD>``; the rest
+    (watermarks, shedding, downstreams) comes from the same snapshot of the environment.
+
+    Build it with :meth:`load` (which also checks the watermarks and the sheddable
+    classes), once per process; ``Settings()`` alone reads nothing (all defaults).
+    """
 
     model_config = SettingsConfigDict(env_prefix="TIDEGATE_", extra="ignore")
 
@@ -89,6 +133,122 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     #: Admit work when Redis is unreachable (``True``) or refuse it (``False``, default).
     fail_open: bool = False
+    #: Seconds between two armed orphan sweeps (the Celery integration's sweep).
+    sweep_interval_s: float = Field(default=DEFAULT_SWEEP_INTERVAL_S, gt=0, allow_inf_nan=False)
+
+    _environ: dict[str, str] = PrivateAttr(default_factory=dict)
+    _downstreams: dict[str, DownstreamSettings] = PrivateAttr(default_factory=dict)
+    _parsed: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Only what :meth:`load` passes: it has already read the one mapping, so a
+        test's mapping is the whole truth and the process environment is read once."""
+        return (init_settings,)
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings once from ``env`` (default: the process environment).
+
+        Raises:
+            ConfigurationError: any value that cannot be used (a prefix with a space,
+                an interval of 0, inverted watermarks, an unknown sheddable class),
+                naming the variable.
+        """
+        environ = dict(os.environ if env is None else env)
+        fields = {
+            name: environ[f"TIDEGATE_{name.upper()}"]
+            for name in cls.model_fields
+            if f"TIDEGATE_{name.upper()}" in environ
+        }
+        try:
+            settings = cls.model_validate(fields)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"TIDEGATE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+            )
+            raise ConfigurationError(f"invalid settings: {problems}") from None
+        settings._environ = environ
+        settings.watermarks  # noqa: B018 - parsed now, so a typo fails at start
+        settings.shedding  # noqa: B018
+        return settings
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The snapshot of the environment these settings were read from."""
+        return self._environ
+
+    @property
+    def watermarks(self) -> Watermarks:
+        """Default queue watermarks (``TIDEGATE_QUEUE_HWM``, ``_LWM``,
+        ``TIDEGATE_SHED_AFTER_INTERVALS``); a queue's live values are in Redis."""
+        from tidegate.load.watermarks import Watermarks
+
+        return self._parse("watermarks", lambda: Watermarks.from_env(self._environ))  # type: ignore[no-any-return]
+
+    @property
+    def shedding(self) -> SheddingPolicy:
+        """Which document classes may be quarantined under load
+        (``TIDEGATE_SHEDDABLE_CLASSES``)."""
+        from tidegate.load.shedding import SheddingPolicy
+
+        return self._parse("shedding", lambda: SheddingPolicy.from_env(self._environ))  # type: ignore[no-any-return]
+
+    def downstream(self, name: str) -> DownstreamSettings:
+        """Downstream ``name``'s part, parsed on first use and kept.
+
+        Raises:
+            ConfigurationError: one of its values cannot be used (names the variable).
+        """
+        with self._lock:
+            known = self._downstreams.get(name)
+        if known is not None:
+            return known
+        stem = env_stem(name)
+        try:
+            parsed = DownstreamSettings(
+                name=name,
+                url=self._environ.get(stem + "URL", "").strip() or None,
+                gate=gate_policy_from_env(name, self._environ),
+                adaptive=adaptive_policy_from_env(name, self._environ),
+                max_request_s=_seconds_or_none(self._environ, stem + "MAX_REQUEST_S"),
+            )
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"downstream {name!r} ({stem}*): {exc}") from None
+        with self._lock:
+            return self._downstreams.setdefault(name, parsed)
+
+    def _parse(self, what: str, parse: Any) -> Any:
+        with self._lock:
+            if what not in self._parsed:
+                self._parsed[what] = parse()
+            return self._parsed[what]
+
+
+def env_stem(name: str) -> str:
+    """``TIDEGATE_<NAME>_`` for downstream ``name`` (``-`` and ``.`` become ``_``)."""
+    return f"TIDEGATE_{name.upper().replace('-', '_').replace('.', '_')}_"
+
+
+def _seconds_or_none(env: Mapping[str, str], key: str) -> float | None:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ConfigurationError(f"{key} must be a finite number >= 0, got {raw!r}")
+    return seconds
 
 
 def check_range(name: str, value: float, low: float, high: float) -> float:
@@ -161,7 +321,7 @@ def _env_number(env: Mapping[str, str], key: str) -> float | None:
 def gate_policy_from_env(name: str, env: Mapping[str, str] | None = None) -> GatePolicy:
     """Defaults for gate ``name`` from ``TIDEGATE_<NAME>_{RATE,BURST,CONCURRENCY,LEASE_S}``."""
     source = os.environ if env is None else env
-    stem = f"TIDEGATE_{name.upper().replace('-', '_').replace('.', '_')}_"
+    stem = env_stem(name)
     base = GatePolicy()
     rate = _env_number(source, stem + "RATE")
     burst = _env_number(source, stem + "BURST")

@@ -34,6 +34,7 @@ from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState, Parkin
 from tidegate.load.ledger import LedgerEntry
 from tidegate.load.outstanding import Outstanding, OutstandingUnit
 from tidegate.logging import key_hash
+from tidegate.settings import Settings
 from tidegate.sim import TosSim
 
 ENVELOPE = {"key": "COARRI-0001", "type": "COARRI", "class": "terminal", "body": "UNH+1'"}
@@ -547,9 +548,11 @@ def test_a_refused_call_is_retried_on_its_backoff_not_the_commit_window(
 def test_max_request_s_comes_from_the_environment_and_is_checked(
     app: Celery, tos: TosSim, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    push = _task(app, tos, [])
+    """The worker's runtime reads it with the rest of the settings; a value it cannot
+    use refuses the unit before anything is sent."""
     monkeypatch.setenv("TIDEGATE_TOS_MAX_REQUEST_S", "12.5")
-    assert push._max_request_s() == 12.5
+    assert Settings.load().downstream("tos").max_request_s == 12.5
+    push = _task(app, tos, [])
     monkeypatch.setenv("TIDEGATE_TOS_MAX_REQUEST_S", "soon")
     with pytest.raises(ConfigurationError, match="TIDEGATE_TOS_MAX_REQUEST_S"):
         push.apply(args=[ENVELOPE]).get()

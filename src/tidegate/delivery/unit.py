@@ -11,7 +11,6 @@ belongs to, so ``tidegate dlq replay`` can hand it back to that engine.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,20 +132,18 @@ def check_required_fields(key: str, args: Sequence[Any], required_fields: Sequen
         raise MalformedUnit(key, f"envelope lacks {', '.join(map(repr, missing))}")
 
 
-def max_request_s_for(downstream: str, value: Any, source: str) -> float | None:
-    """How long ``downstream`` may take to finish a request it received (seconds).
+def max_request_s_for(value: Any, source: str, configured: float | None) -> float | None:
+    """How long a downstream may take to finish a request it received (seconds).
 
     ``value`` (from the task or decorator, named ``source`` in errors), else
-    ``TIDEGATE_<DOWNSTREAM>_MAX_REQUEST_S``, else ``None`` (no commit wait).
+    ``configured`` (``TIDEGATE_<DOWNSTREAM>_MAX_REQUEST_S``, read by
+    :meth:`tidegate.settings.Settings.downstream`), else ``None`` (no commit wait).
 
     Raises:
-        ConfigurationError: the value is not a finite number >= 0.
+        ConfigurationError: ``value`` is not a finite number >= 0.
     """
     if value is None:
-        source = f"TIDEGATE_{downstream.upper()}_MAX_REQUEST_S"
-        value = os.environ.get(source) or None
-        if value is None:
-            return None
+        return configured
     try:
         seconds = float(value)
     except (TypeError, ValueError):

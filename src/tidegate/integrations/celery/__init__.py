@@ -74,7 +74,13 @@ def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True
         install_timer_purge(sender)
         if mover and id(app) not in _MOVERS:
             rt = runtime(app)
-            sweep = OrphanSweep.for_app(app, rt.outstanding, ledger=rt.ledger, parking=rt.parking)
+            sweep = OrphanSweep.for_app(
+                app,
+                rt.outstanding,
+                ledger=rt.ledger,
+                parking=rt.parking,
+                interval_s=rt.settings.sweep_interval_s,
+            )
             _MOVERS[id(app)] = ParkingMover(app, rt.parking, sweep=sweep).start()
 
     def _track(sender: Any = None, **_: Any) -> None:

@@ -29,7 +29,6 @@ from tidegate.delivery import (
     AWAITING_COMMIT,
     LifecyclePolicy,
     RetryPolicy,
-    Stores,
     Unit,
     Verdict,
     check_required_fields,
@@ -99,15 +98,15 @@ class GatedTask(Task[Any, Any]):
             max_wait_s=self.max_wait_s,
             retry=self.retry_policy,
             skip_delivered=self.skip_delivered,
-            max_request_s=self._max_request_s(),
+            max_request_s=max_request_s_for(
+                self.max_request_s,
+                f"{self.name}.max_request_s",
+                rt.settings_of(self.downstream).max_request_s,
+            ),
         )
-        stores = Stores(rt.gate(self.downstream), rt.ledger, rt.dlq, rt.outstanding)
+        stores = rt.stores(self.downstream)
         engine = _CeleryEngine(self, rt, args, kwargs)
         return deliver(engine, engine.unit(), stores, policy, mark_backoff_s=_MARK_BACKOFF_S)
-
-    def _max_request_s(self) -> float | None:
-        """:attr:`max_request_s`, else ``TIDEGATE_<DOWNSTREAM>_MAX_REQUEST_S``, else ``None``."""
-        return max_request_s_for(self.downstream, self.max_request_s, f"{self.name}.max_request_s")
 
     def check_unit(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Raise :class:`~tidegate.errors.MalformedUnit` for a unit the body cannot use.

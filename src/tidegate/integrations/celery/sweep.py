@@ -45,6 +45,7 @@ from tidegate.load.outstanding import (
     find_orphans,
 )
 from tidegate.logging import get_logger, key_hash
+from tidegate.settings import DEFAULT_SWEEP_INTERVAL_S
 
 __all__ = [
     "DEFAULT_BEAT_S",
@@ -56,8 +57,6 @@ __all__ = [
 
 log = get_logger("tidegate.celery")
 
-#: Seconds between two sweeps of the fleet (``TIDEGATE_SWEEP_INTERVAL_S``).
-DEFAULT_SWEEP_INTERVAL_S = 30.0
 #: Seconds between two beats of a worker; five missed beats make it dead.
 DEFAULT_BEAT_S = 2.0
 #: Messages or records read per Redis command: bounds each command's time and the
@@ -142,9 +141,8 @@ class OrphanSweep:
         url = str(app.conf.broker_url or "")
         if not url.startswith(("redis://", "rediss://", "unix://")):
             return None
-        interval = float(os.environ.get("TIDEGATE_SWEEP_INTERVAL_S", DEFAULT_SWEEP_INTERVAL_S))
         broker = RedisDepthProbe.from_url(url, transport_options=app.conf.broker_transport_options)
-        return cls(app, outstanding, broker=broker, interval_s=interval, **kwargs)
+        return cls(app, outstanding, broker=broker, **kwargs)
 
     @property
     def dead_after_s(self) -> float:

@@ -1,4 +1,10 @@
-"""Per-process state of an RQ worker: tidegate's Redis client, prefix, gates and stores."""
+"""The RQ worker's :class:`~tidegate.runtime.Runtime`: one per process and Redis client.
+
+What is RQ's own here is only where tidegate's Redis is: ``TIDEGATE_REDIS_URL`` when
+set, else the current job's connection. Everything else (prefix, gate defaults, URLs,
+adaptive controllers, commit waits) comes from the settings, read once when the
+runtime is built — the same object and the same rules as a Celery worker's.
+"""
 
 from __future__ import annotations
 
@@ -13,20 +19,19 @@ from tidegate.delivery import Stores
 from tidegate.downstream import DownstreamClient
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
-from tidegate.keys import DEFAULT_PREFIX
-from tidegate.load import DeadLetterQueue, DeliveryLedger
+from tidegate.runtime import Runtime
+from tidegate.settings import Settings
 
-__all__ = ["client_for_job", "downstream_client", "gate_for", "prefix", "stores_for"]
+__all__ = ["client_for_job", "downstream_client", "gate_for", "prefix", "runtime_for", "stores_for"]
 
-_GATES: dict[tuple[int, int, str, str], Gate] = {}
+_RUNTIMES: dict[tuple[int, int], Runtime] = {}
 _CLIENTS: dict[tuple[int, str], redis.Redis] = {}
-_DOWNSTREAMS: dict[tuple[int, str], DownstreamClient] = {}
 _LOCK = threading.Lock()
 
 
 def prefix() -> str:
-    """tidegate's key prefix: ``TIDEGATE_PREFIX``, else the default."""
-    return os.environ.get("TIDEGATE_PREFIX") or DEFAULT_PREFIX
+    """tidegate's key prefix (``TIDEGATE_PREFIX``, else the default)."""
+    return runtime_for(client_for_job()).prefix
 
 
 def client_for_job(connection: redis.Redis | None = None) -> redis.Redis:
@@ -48,14 +53,19 @@ def client_for_job(connection: redis.Redis | None = None) -> redis.Redis:
     return connection
 
 
+def runtime_for(client: redis.Redis | None = None) -> Runtime:
+    """This process's runtime on ``client`` (default: :func:`client_for_job`)."""
+    client = client if client is not None else client_for_job()
+    key = (os.getpid(), id(client))
+    with _LOCK:
+        if key not in _RUNTIMES:
+            _RUNTIMES[key] = Runtime(client, Settings.load())
+        return _RUNTIMES[key]
+
+
 def gate_for(name: str, client: redis.Redis | None = None) -> Gate:
     """This process's gate of downstream ``name`` (defaults from ``TIDEGATE_<NAME>_*``)."""
-    client = client if client is not None else client_for_job()
-    key = (os.getpid(), id(client), prefix(), name)
-    with _LOCK:
-        if key not in _GATES:
-            _GATES[key] = Gate(client, name, prefix=prefix())
-        return _GATES[key]
+    return runtime_for(client).gate(name)
 
 
 def stores_for(name: str, client: redis.Redis | None = None) -> Stores:
@@ -64,22 +74,10 @@ def stores_for(name: str, client: redis.Redis | None = None) -> Stores:
     No outstanding registry: RQ keeps every job in Redis and recovers one whose
     worker died itself (see :mod:`tidegate.integrations.rq.dlq`).
     """
-    client = client if client is not None else client_for_job()
-    return Stores(
-        gate_for(name, client),
-        DeliveryLedger(client, prefix=prefix()),
-        DeadLetterQueue(client, prefix=prefix()),
-    )
+    return runtime_for(client).stores(name, outstanding=False)
 
 
 def downstream_client(name: str) -> DownstreamClient:
-    """This process's HTTP client for ``name`` at ``TIDEGATE_<NAME>_URL`` (lookups)."""
-    url = os.environ.get(f"TIDEGATE_{name.upper()}_URL")
-    if not url:
-        raise ConfigurationError(f"no URL for downstream {name!r}: set TIDEGATE_{name.upper()}_URL")
-    key = (os.getpid(), name)
-    gate = gate_for(name)  # the lookup's 429s pause the fleet like the calls'
-    with _LOCK:
-        if key not in _DOWNSTREAMS:
-            _DOWNSTREAMS[key] = DownstreamClient(name, url, feedback=gate)
-        return _DOWNSTREAMS[key]
+    """This process's HTTP client for ``name`` at ``TIDEGATE_<NAME>_URL``: its 429s pause
+    the fleet's gate, and an adaptive downstream's calls feed its controller."""
+    return runtime_for().downstream(name)

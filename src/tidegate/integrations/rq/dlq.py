@@ -42,10 +42,10 @@ from rq.job import Job
 
 from tidegate.delivery import RetryPolicy, dead_letter_for, verdict_for
 from tidegate.errors import DownstreamRejected
-from tidegate.integrations.rq._runtime import client_for_job, prefix
+from tidegate.integrations.rq._runtime import client_for_job, runtime_for
 from tidegate.integrations.rq._serializer import ContentRefused, refusal
 from tidegate.integrations.rq.engine import FAILURES_META, REDELIVERED_META, rq_unit
-from tidegate.load.dlq import DeadLetter, DeadLetterQueue
+from tidegate.load.dlq import DeadLetter
 from tidegate.logging import get_logger, key_hash
 
 __all__ = [
@@ -93,7 +93,7 @@ def _count_failure(job: Job, exc: BaseException | None) -> int:
 def _record(job: Job, exc: BaseException | None, connection: redis.Redis | None) -> None:
     attempts = int(job.meta.get(FAILURES_META, 1))
     unit = rq_unit(job, "", job.args, job.kwargs)
-    DeadLetterQueue(client_for_job(connection or job.connection), prefix=prefix()).add(
+    runtime_for(client_for_job(connection or job.connection)).dlq.add(
         dead_letter_for(
             unit,
             reason=failure_reason(exc, attempts),
@@ -133,7 +133,7 @@ def dead_letter_refused(
     Keyed by the RQ job id (its arguments, where the idempotency key lives, are the
     unreadable part); the payload holds only where it was found.
     """
-    letter = DeadLetterQueue(client_for_job(connection or job.connection), prefix=prefix()).add(
+    letter = runtime_for(client_for_job(connection or job.connection)).dlq.add(
         DeadLetter(
             key=job.id,
             task="",

@@ -43,6 +43,7 @@ from tidegate.integrations.rq._runtime import (
     client_for_job,
     downstream_client,
     gate_for,
+    runtime_for,
     stores_for,
 )
 from tidegate.integrations.rq.engine import (
@@ -126,7 +127,11 @@ def gated(
                 retry=policy,
                 skip_delivered=skip_delivered,
                 max_request_s=max_request_s_for(
-                    downstream, max_request_s, f"{func.__name__} max_request_s"
+                    max_request_s,
+                    f"{func.__name__} max_request_s",
+                    runtime_for(client_for_job(job.connection))
+                    .settings_of(downstream)
+                    .max_request_s,
                 ),
             )
             engine = RqEngine(

@@ -1,0 +1,125 @@
+"""One runtime per process: what every engine needs to gate, park, dead-letter and
+deduplicate, built from one :class:`~tidegate.settings.Settings`.
+
+Celery (``tidegate.integrations.celery.runtime``) and RQ
+(``tidegate.integrations.rq``) each hold a :class:`Runtime` per process and Redis
+client; they differ only in where tidegate's Redis comes from (the app's config or
+the broker; the job's connection). So a gate's defaults, a downstream's URL, its
+adaptive controller and its commit wait are found the same way on every engine, from
+the one settings object, and never re-read from the environment by a second module.
+
+Built lazily in each process (after a fork), never shared across one.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import redis
+
+from tidegate.delivery import Stores
+from tidegate.downstream import DownstreamClient
+from tidegate.errors import ConfigurationError
+from tidegate.flow import Gate
+from tidegate.flow.adaptive import (
+    AdaptiveController,
+    AdaptiveLoop,
+    AdaptiveReporter,
+    RedisAdaptiveStore,
+)
+from tidegate.load import DeadLetterQueue, DeliveryLedger, ParkingLot
+from tidegate.load.outstanding import Outstanding
+from tidegate.settings import DownstreamSettings, Settings
+
+__all__ = ["Runtime"]
+
+
+class Runtime:
+    """A process's stores, gates, adaptive loops and downstream clients on one Redis.
+
+    Args:
+        client: tidegate's Redis.
+        settings: the process's settings (:meth:`Settings.load`).
+        prefix: overrides ``settings.prefix`` (a Celery app's ``tidegate_prefix``).
+    """
+
+    def __init__(
+        self, client: redis.Redis, settings: Settings, *, prefix: str | None = None
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.prefix = prefix or settings.prefix
+        self.fail_open = settings.fail_open
+        self.parking = ParkingLot(client, prefix=self.prefix)
+        self.dlq = DeadLetterQueue(client, prefix=self.prefix)
+        self.ledger = DeliveryLedger(client, prefix=self.prefix)
+        self.outstanding = Outstanding(client, prefix=self.prefix)
+        self._gates: dict[str, Gate] = {}
+        self._clients: dict[str, DownstreamClient] = {}
+        self._adaptive: dict[str, AdaptiveLoop] = {}
+        self._lock = threading.Lock()
+
+    def settings_of(self, name: str) -> DownstreamSettings:
+        """Downstream ``name``'s settings (URL, gate defaults, adaptive, commit wait)."""
+        return self.settings.downstream(name)
+
+    def gate(self, name: str) -> Gate:
+        """The gate of downstream ``name`` (defaults from the settings)."""
+        policy = self.settings_of(name).gate
+        with self._lock:
+            if name not in self._gates:
+                self._gates[name] = Gate(
+                    self.client, name, prefix=self.prefix, fail_open=self.fail_open, policy=policy
+                )
+            return self._gates[name]
+
+    def stores(self, name: str, *, outstanding: bool = True) -> Stores:
+        """What the unit lifecycle shares with every engine for downstream ``name``.
+
+        ``outstanding=False`` for an engine that recovers a dead worker's job itself
+        (RQ) and so needs no orphan registry.
+        """
+        return Stores(
+            self.gate(name),
+            self.ledger,
+            self.dlq,
+            self.outstanding if outstanding else None,
+        )
+
+    def adaptive(self, name: str) -> AdaptiveLoop | None:
+        """The adaptive controller loop of ``name`` in this process, started on first use;
+        ``None`` unless ``TIDEGATE_<NAME>_ADAPTIVE`` is set."""
+        policy = self.settings_of(name).adaptive
+        if policy is None:
+            return None
+        gate = self.gate(name)
+        with self._lock:
+            if name not in self._adaptive:
+                store = RedisAdaptiveStore(self.client)
+                controller = AdaptiveController(store, name, policy, prefix=self.prefix)
+                loop = AdaptiveLoop(controller, gate)
+                loop.start()
+                self._adaptive[name] = loop
+            return self._adaptive[name]
+
+    def downstream(self, name: str, base_url: str | None = None) -> DownstreamClient:
+        """This process's HTTP client for ``name``; it reports every 429 to the gate and,
+        for an adaptive downstream, every call to the fleet's controller.
+
+        ``base_url`` defaults to ``TIDEGATE_<NAME>_URL``.
+
+        Raises:
+            ConfigurationError: no URL for ``name``.
+        """
+        gate = self.gate(name)
+        loop = self.adaptive(name)
+        observer = None if loop is None else AdaptiveReporter(loop.controller, gate)
+        with self._lock:
+            if name not in self._clients:
+                url = base_url or self.settings_of(name).url
+                if not url:
+                    raise ConfigurationError(
+                        f"no URL for downstream {name!r}: set TIDEGATE_{name.upper()}_URL"
+                    )
+                self._clients[name] = DownstreamClient(name, url, feedback=gate, observer=observer)
+            return self._clients[name]
