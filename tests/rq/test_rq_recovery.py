@@ -18,10 +18,12 @@ import psutil
 import pytest
 import redis
 from rq.job import Job, JobStatus
+from rq.queue import Queue
 from rq.registry import FailedJobRegistry
 
 from tidegate.flow import Gate
 from tidegate.integrations.rq import REDELIVERED_META, JsonSerializer, JsonWorker, json_queue
+from tidegate.integrations.rq._serializer import refusal
 from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState
 from tidegate.sim import CustomsSim
 
@@ -131,3 +133,23 @@ def test_a_job_a_dead_worker_popped_but_never_started_goes_back_to_its_queue(
     assert again.get_status() == JobStatus.QUEUED
     assert again.meta[REDELIVERED_META] == 1
     assert FailedJobRegistry(rq_queue, connection=redis_client).count == 0
+
+
+def test_rqs_recovery_paths_read_a_dead_workers_job_as_json(
+    redis_client: redis.Redis, rq_queue: str
+) -> None:
+    """RQ's CLI builds a worker's queues with its own serializer (pickle unless told),
+    and its recovery — the abandoned-job cleanup, the intermediate-queue cleanup —
+    reads a dead worker's job through the queue's. tidegate's worker makes its queues
+    JSON: the job is read, not refused as unreadable and lost."""
+    job = json_queue(rq_queue, redis_client).enqueue(
+        "rq_jobs.lodge", {"key": "dead-1", "type": "VERMAS", "body": "x"}
+    )
+    worker = JsonWorker([Queue(rq_queue, connection=redis_client)], connection=redis_client)
+    [queue] = worker.queues
+    fetched = queue.fetch_job(job.id)
+    assert fetched is not None
+    assert refusal(fetched) is None
+    assert fetched.args == [{"key": "dead-1", "type": "VERMAS", "body": "x"}]
+    registry = queue.started_job_registry
+    assert registry.serializer is queue.serializer
