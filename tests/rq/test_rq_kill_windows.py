@@ -168,8 +168,8 @@ def test_a_worker_killed_during_maintenance_does_not_stop_the_recovery_for_long(
 ) -> None:
     """A worker is SIGKILLed in the middle of its maintenance pass, holding the queue's
     maintenance lock (RQ sets it for 899 s); then another worker dies having popped a
-    job. The recovery worker must still give the job back within its next passes —
-    not a quarter of an hour later."""
+    job. The recovery worker must still give the job back within a minute or two
+    (lock, then RQ's minute for a popped job) — not a quarter of an hour later."""
     Gate(redis_client, "customs", prefix=prefix).configure(rate=100, burst=10)
     queue_name = f"{prefix}-maintained"
     stopper = (
@@ -215,7 +215,7 @@ def test_a_worker_killed_during_maintenance_does_not_stop_the_recovery_for_long(
 
         wait_for(
             delivered,
-            200,
+            240,
             lambda: (
                 f"{sim.accepted_keys()} {rq_holdings(redis_client, queue_name)}"
                 f"\n{pool.logs()[-3000:]}"

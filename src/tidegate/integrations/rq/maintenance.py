@@ -11,10 +11,12 @@ far past ``--maintenance-interval``, and with it every such job:
 - a maintenance pass holds a per-queue lock that RQ sets for 899 s. A worker killed
   *during* the pass leaves it behind, and no worker cleans that queue for 15 minutes.
 
-:class:`PromptMaintenance` bounds both by the maintenance interval: the blocking pop
-returns at least every interval, and the lock lives :func:`maintenance_lock_s`. A
-pass that outlives its lock can overlap the next one; that costs at most a job run
-twice, which the lifecycle reconciles (ledger, lookup), never a lost one.
+:class:`PromptMaintenance` bounds both: the blocking pop returns at least every
+maintenance interval, and the lock lives :data:`MAINTENANCE_LOCK_S` — a constant, not
+the interval, because the worker that dies holding it may run a long interval (RQ's
+default is 10 minutes). A pass that outlives its lock can overlap the next one; that
+costs at most a job run twice, which the lifecycle reconciles (ledger, lookup), never
+a lost one.
 """
 
 from __future__ import annotations
@@ -25,21 +27,11 @@ from rq import worker_registration
 from rq.registry import clean_registries
 from rq.utils import now
 
-__all__ = ["MIN_MAINTENANCE_LOCK_S", "PromptMaintenance", "maintenance_lock_s"]
+__all__ = ["MAINTENANCE_LOCK_S", "PromptMaintenance"]
 
-#: The shortest maintenance lock, seconds: a pass over a long registry must fit.
-MIN_MAINTENANCE_LOCK_S = 30
-#: RQ's own lock lifetime, seconds (``Queue.acquire_maintenance_lock``): the longest.
-_RQ_MAINTENANCE_LOCK_S = 899
-
-
-def maintenance_lock_s(maintenance_interval: float) -> int:
-    """How long a maintenance pass may hold its queue's lock, seconds.
-
-    One interval (so a dead holder delays the next pass by at most one more), not
-    below :data:`MIN_MAINTENANCE_LOCK_S` and not above RQ's 899 s.
-    """
-    return int(min(_RQ_MAINTENANCE_LOCK_S, max(MIN_MAINTENANCE_LOCK_S, maintenance_interval)))
+#: How long a maintenance pass may hold its queue's lock, seconds (RQ: 899). Long
+#: enough for a pass over a long registry; a dead holder delays recovery by at most it.
+MAINTENANCE_LOCK_S = 60
 
 
 class PromptMaintenance:
@@ -61,10 +53,10 @@ class PromptMaintenance:
         return max(1, min(self.worker_ttl - 15, int(self.maintenance_interval)))
 
     def clean_registries(self) -> None:
-        """RQ's ``Worker.clean_registries`` with a lock of :func:`maintenance_lock_s`."""
-        lock_s = maintenance_lock_s(self.maintenance_interval)
+        """RQ's ``Worker.clean_registries`` with a lock of :data:`MAINTENANCE_LOCK_S`."""
         for queue in self.queues:
-            if not queue.connection.set(queue.registry_cleaning_key, 1, nx=True, ex=lock_s):
+            lock = queue.registry_cleaning_key
+            if not queue.connection.set(lock, 1, nx=True, ex=MAINTENANCE_LOCK_S):
                 continue
             clean_registries(queue, self._exc_handlers)
             worker_registration.clean_worker_registry(queue)
