@@ -111,8 +111,20 @@ def test_a_job_that_cannot_reach_tidegates_redis_stays_in_rq_and_is_delivered_la
         assert len(DeadLetterQueue(redis_client, prefix=prefix)) == 0
         assert FailedJobRegistry(rq_queue, connection=redis_client).count == 0
         assert sim.accepted_keys() == []
+        # A SIGTERM that lands just after the worker popped the job (RQ still calls it
+        # idle) stops it there: the job waits in RQ's intermediate list, which only the
+        # intermediate-queue cleanup gives back, a minute on. So: a long-running worker
+        # with frequent maintenance, not a burst worker that would find the queue empty.
         pool = workers({"TIDEGATE_CUSTOMS_URL": sim.url})
-        pool.wait(pool.start([rq_queue]), timeout_s=60)
+        pool.start(
+            [rq_queue],
+            burst=False,
+            worker_args=(
+                *("--worker-class", "tidegate.integrations.rq.JsonWorker"),
+                *("--maintenance-interval", "1"),
+            ),
+        )
+        wait_for(lambda: sim.accepted_keys() != [], 150, f"delivered\n{pool.logs()}")
         assert sim.accepted_keys() == ["away-1"]
 
 
