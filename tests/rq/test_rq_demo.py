@@ -36,14 +36,17 @@ def test_the_vessel_burst_through_rq_is_reconciled_key_by_key(own_redis: str) ->
     assert samples
 
 
-def test_killed_rq_workers_lose_nothing_and_send_nothing_twice(own_redis: str) -> None:
-    """Work horses and whole workers are SIGKILLed mid-burst: every key still ends
-    delivered once; RQ gave the killed jobs back and the lifecycle reconciled them."""
-    config = VesselConfig(interchanges=120, customs_rate=20, customs_burst=5, timeout_s=300)
+@pytest.mark.parametrize("worker", ["fork", "in-process"])
+def test_killed_rq_workers_lose_nothing_and_send_nothing_twice(own_redis: str, worker: str) -> None:
+    """Work horses (forking) and whole workers are SIGKILLed mid-burst: every key still
+    ends delivered once; RQ gave the killed jobs back and the lifecycle reconciled them."""
+    config = VesselConfig(interchanges=120, customs_rate=20, customs_burst=5, timeout_s=400)
     kill = RqKillWorkers(fault_at_s=1.0, kill_every_s=1.0, main_kill_every=2, kill_until=0.9)
-    report, _ = run_rq_vessel_demo(own_redis, config, kill=kill)
+    report, _ = run_rq_vessel_demo(own_redis, config, kill=kill, worker=worker)
     chaos = report["chaos"]
-    assert chaos["kills_by_role"].get("work_horse", 0) >= 1, chaos
+    assert report["rq_worker"] == worker
+    if worker == "fork":
+        assert chaos["kills_by_role"].get("work_horse", 0) >= 1, chaos
     assert chaos["kills_by_role"].get("worker", 0) >= 1, chaos
     assert (report["lost"], report["pending"], report["accepted_twice"]) == (0, 0, 0), report
     assert report["delivered"] + report["dead_lettered"] == 120

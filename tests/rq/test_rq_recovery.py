@@ -18,10 +18,12 @@ import psutil
 import pytest
 import redis
 from rq.job import Job, JobStatus
+from rq.queue import Queue
 from rq.registry import FailedJobRegistry
 
 from tidegate.flow import Gate
 from tidegate.integrations.rq import REDELIVERED_META, JsonSerializer, JsonWorker, json_queue
+from tidegate.integrations.rq._serializer import refusal
 from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState
 from tidegate.sim import CustomsSim
 
@@ -109,8 +111,20 @@ def test_a_job_that_cannot_reach_tidegates_redis_stays_in_rq_and_is_delivered_la
         assert len(DeadLetterQueue(redis_client, prefix=prefix)) == 0
         assert FailedJobRegistry(rq_queue, connection=redis_client).count == 0
         assert sim.accepted_keys() == []
+        # A SIGTERM that lands just after the worker popped the job (RQ still calls it
+        # idle) stops it there: the job waits in RQ's intermediate list, which only the
+        # intermediate-queue cleanup gives back, a minute on. So: a long-running worker
+        # with frequent maintenance, not a burst worker that would find the queue empty.
         pool = workers({"TIDEGATE_CUSTOMS_URL": sim.url})
-        pool.wait(pool.start([rq_queue]), timeout_s=60)
+        pool.start(
+            [rq_queue],
+            burst=False,
+            worker_args=(
+                *("--worker-class", "tidegate.integrations.rq.JsonWorker"),
+                *("--maintenance-interval", "1"),
+            ),
+        )
+        wait_for(lambda: sim.accepted_keys() != [], 150, f"delivered\n{pool.logs()}")
         assert sim.accepted_keys() == ["away-1"]
 
 
@@ -131,3 +145,23 @@ def test_a_job_a_dead_worker_popped_but_never_started_goes_back_to_its_queue(
     assert again.get_status() == JobStatus.QUEUED
     assert again.meta[REDELIVERED_META] == 1
     assert FailedJobRegistry(rq_queue, connection=redis_client).count == 0
+
+
+def test_rqs_recovery_paths_read_a_dead_workers_job_as_json(
+    redis_client: redis.Redis, rq_queue: str
+) -> None:
+    """RQ's CLI builds a worker's queues with its own serializer (pickle unless told),
+    and its recovery — the abandoned-job cleanup, the intermediate-queue cleanup —
+    reads a dead worker's job through the queue's. tidegate's worker makes its queues
+    JSON: the job is read, not refused as unreadable and lost."""
+    job = json_queue(rq_queue, redis_client).enqueue(
+        "rq_jobs.lodge", {"key": "dead-1", "type": "VERMAS", "body": "x"}
+    )
+    worker = JsonWorker([Queue(rq_queue, connection=redis_client)], connection=redis_client)
+    [queue] = worker.queues
+    fetched = queue.fetch_job(job.id)
+    assert fetched is not None
+    assert refusal(fetched) is None
+    assert fetched.args == [{"key": "dead-1", "type": "VERMAS", "body": "x"}]
+    registry = queue.started_job_registry
+    assert registry.serializer is queue.serializer

@@ -1,10 +1,10 @@
 """Real RQ worker processes for the demo: one pool per downstream queue.
 
-Each worker is ``rq worker`` of tidegate's ``JsonWorker`` with its dead-letter handler,
-in its own process group; the first of each pool runs RQ's scheduler (parked jobs are
-scheduled jobs). A short ``--maintenance-interval`` makes RQ look for jobs abandoned by
-a killed worker often; such a job comes back once its heartbeat has expired
-(``--job-monitoring-interval`` + 60 s, RQ's floor).
+Each worker is ``rq worker`` of a tidegate worker class (``JsonWorker`` unless told)
+with its dead-letter handler, in its own process group; the first of each pool runs
+RQ's scheduler (parked jobs are scheduled jobs). A short ``--maintenance-interval``
+makes RQ look for jobs abandoned by a killed worker often; such a job comes back once
+its heartbeat has expired (``--job-monitoring-interval`` + 60 s, RQ's floor).
 """
 
 from __future__ import annotations
@@ -46,12 +46,20 @@ class RqFleet:
         pools: the pools.
         env: environment added to the workers'.
         log_dir: worker logs go here (``<worker>.log``); discarded when ``None``.
+        worker_class: the RQ worker class (dotted path) every worker runs.
     """
 
     def __init__(
-        self, url: str, pools: list[RqPool], *, env: Mapping[str, str], log_dir: Path | None
+        self,
+        url: str,
+        pools: list[RqPool],
+        *,
+        env: Mapping[str, str],
+        log_dir: Path | None,
+        worker_class: str = "tidegate.integrations.rq.JsonWorker",
     ) -> None:
         self.url, self.pools, self.log_dir = url, pools, log_dir
+        self.worker_class = worker_class
         self.env = {**os.environ, **env}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._starts: dict[str, int] = {}
@@ -69,7 +77,7 @@ class RqFleet:
             sys.executable,
             *("-m", "rq.cli", "worker", "--url", self.url, "-q"),
             *("--name", f"{name}.{starts}.{os.getpid()}"),
-            *("--worker-class", "tidegate.integrations.rq.JsonWorker"),
+            *("--worker-class", self.worker_class),
             *("--exception-handler", "tidegate.integrations.rq.dead_letter_handler"),
             *("--maintenance-interval", str(MAINTENANCE_INTERVAL_S)),
             *("--job-monitoring-interval", str(JOB_MONITORING_INTERVAL_S)),

@@ -17,7 +17,14 @@ without reasons. tidegate runs an RQ job through the same lifecycle as a Celery 
   with ``queue.count`` (+ started jobs) as depth and ``queue.enqueue`` as sender;
 - :class:`JsonWorker` / :func:`json_queue` — JSON only, both ways: RQ pickles jobs by
   default and its workers unpickle whatever is queued; tidegate's queues write JSON
-  and its worker refuses (dead-letters, never runs) a job that is not JSON.
+  and its worker refuses (dead-letters, never runs) a job that is not JSON;
+- :class:`InProcessJsonWorker` — the same without a work horse forked per job (RQ's
+  ``SimpleWorker`` semantics, a heartbeat kept while the job runs): several times the
+  jobs per second; a crash mid-job is a whole-worker kill, recovered by RQ's
+  abandoned-job path (:mod:`tidegate.integrations.rq.inprocess`).
+
+Both run RQ's recovery of a dead worker's jobs on time
+(:mod:`tidegate.integrations.rq.maintenance`).
 
 Run a fixed, small pool per downstream queue (the gate, not the worker count, sets
 the pace; ``worker-pool`` runs the scheduler that parked jobs need)::
@@ -42,6 +49,7 @@ from tidegate.integrations.rq._runtime import downstream_client
 from tidegate.integrations.rq._serializer import ContentRefused, JsonSerializer, json_queue
 from tidegate.integrations.rq.dlq import dead_letter_handler, dead_letter_on_failure
 from tidegate.integrations.rq.gated import ATTEMPT_META, REDELIVERED_META, REPLAY_META, gate, gated
+from tidegate.integrations.rq.inprocess import InProcessJsonWorker
 from tidegate.integrations.rq.intake import RqDepthProbe, RqSender, rq_admission
 from tidegate.integrations.rq.worker import JsonWorker
 
@@ -50,6 +58,7 @@ __all__ = [
     "REDELIVERED_META",
     "REPLAY_META",
     "ContentRefused",
+    "InProcessJsonWorker",
     "JsonSerializer",
     "JsonWorker",
     "RqDepthProbe",

@@ -32,40 +32,46 @@ from rq.worker import Worker
 
 from tidegate.integrations.rq._serializer import ContentRefused, JsonSerializer, refusal
 from tidegate.integrations.rq.dlq import dead_letter_refused, redeliver
+from tidegate.integrations.rq.maintenance import PromptMaintenance
 from tidegate.logging import configure
 
-__all__ = ["JsonWorker"]
+__all__ = ["JsonJobs", "JsonWorker"]
 
 #: How RQ's intermediate-queue cleanup fails a job a dead worker had popped, not started.
 _STUCK = "Job was stuck in intermediate queue"
 
 
-class JsonWorker(Worker):
-    """An ``rq.Worker`` that takes JSON jobs only (see the module docstring).
+class JsonJobs(PromptMaintenance):
+    """What every tidegate RQ worker class shares (a mixin before RQ's class): JSON
+    jobs only, a popped job of a dead worker given back as a redelivery, and RQ's
+    recovery run on time (:class:`~tidegate.integrations.rq.maintenance.PromptMaintenance`).
 
     Takes RQ's ``Worker`` arguments; ``serializer`` and ``log_job_description`` are
     overridden.
     """
+
+    connection: Any
+    serializer: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         configure(level=os.environ.get("TIDEGATE_LOG_LEVEL", "INFO"))
         kwargs["serializer"] = JsonSerializer
         kwargs["log_job_description"] = False
         super().__init__(*args, **kwargs)
+        # RQ's CLI builds the queues with its own serializer (pickle unless told), and
+        # RQ's recovery reads a dead worker's job through the queue's: the abandoned-job
+        # cleanup and the intermediate-queue cleanup. Left so, a JSON job comes back
+        # unreadable there and is refused (dead-lettered under its RQ job id, failed in
+        # RQ): the unit is lost — and a planted pickle would be unpickled.
+        for queue in self.queues:
+            queue.serializer = self.serializer
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         refused = refusal(job)
         if refused is None:
-            super().execute_job(job, queue)
+            super().execute_job(job, queue)  # type: ignore[misc]
             return
         self.refuse(job, queue, refused)
-
-    def handle_work_horse_killed(self, job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
-        """The work horse died under the job: RQ fails (or retries) the job right after
-        this; make it a retried redelivery, reconciled before it is sent again."""
-        if refusal(job) is None:
-            redeliver(job, cause="work_horse_killed")
-        super().handle_work_horse_killed(job, retpid, ret_val, rusage)  # type: ignore[no-untyped-call]
 
     def handle_job_failure(
         self,
@@ -79,7 +85,7 @@ class JsonWorker(Worker):
         intermediate-queue cleanup): make it a retried redelivery instead."""
         if exc_string.startswith(_STUCK) and refusal(job) is None:
             redeliver(job, cause="popped_by_dead_worker")
-        super().handle_job_failure(
+        super().handle_job_failure(  # type: ignore[misc]
             job,
             queue,
             started_job_registry=started_job_registry,
@@ -102,3 +108,15 @@ class JsonWorker(Worker):
         self.handle_job_failure(
             job, queue, exc_string=f"{type(refused).__name__}: {refused.problem}"
         )
+
+
+class JsonWorker(JsonJobs, Worker):
+    """An ``rq.Worker`` (a work horse forked per job) that takes JSON jobs only (see
+    the module docstring)."""
+
+    def handle_work_horse_killed(self, job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
+        """The work horse died under the job: RQ fails (or retries) the job right after
+        this; make it a retried redelivery, reconciled before it is sent again."""
+        if refusal(job) is None:
+            redeliver(job, cause="work_horse_killed")
+        super().handle_work_horse_killed(job, retpid, ret_val, rusage)  # type: ignore[no-untyped-call]
