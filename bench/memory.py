@@ -32,12 +32,17 @@ from tidegate.ops.fleet import PoolMemory
 from tidegate.ops.vessel_demo import RunHandles, Submission, VesselConfig, run_vessel_demo
 from tidegate.redis_server import redis_url
 
+# The pools are fixed at the sizes of the first runs (customs 2, TOS 4): left to the
+# demo's sizing, a TOS of 24 connections x 5 ms would get a pool of about 120 processes
+# (enough to keep every connection busy through each call's bookkeeping), 8.6 GB of
+# workers whatever the burst, and the figures would not compare with the earlier runs.
 BASE = VesselConfig(
     customs_rate=400.0,
     customs_burst=40,
     tos_connections=24,
     tos_service_s=0.005,
     workers=2,
+    tos_workers=4,
     timeout_s=3600.0,
 )
 
