@@ -3,7 +3,7 @@
 ``tidegate demo --engine rq`` runs :func:`run_rq_vessel_demo`: the berthing burst of
 :mod:`tidegate.ops.vessel_demo`, enqueued as JSON RQ jobs (:mod:`tidegate.ops.rq_vessel_app`)
 on one queue per downstream, worked by real ``rq worker`` processes
-(:mod:`tidegate.ops.rq_fleet`), reported by the one reconciliation
+(:mod:`tidegate.harness.rq_fleet`), reported by the one reconciliation
 (:func:`tidegate.ops.reconcile.reconcile`) from the sims' own records, the DLQ and what
 RQ still holds (queued, scheduled, started).
 
@@ -35,13 +35,13 @@ from rq.worker import Worker
 
 from tidegate._redis import client_from_url
 from tidegate.errors import PayloadTooLarge
+from tidegate.harness.rq_fleet import RqFleet, RqPool
 from tidegate.integrations.rq import JsonSerializer, json_queue
 from tidegate.load import DeadLetterQueue
 from tidegate.load.payload import check_payload_size
 from tidegate.logging import get_logger
 from tidegate.ops.burst import vessel_burst
 from tidegate.ops.reconcile import reconcile
-from tidegate.ops.rq_fleet import RqFleet, RqPool
 from tidegate.ops.vessel_demo import (
     Sample,
     Submission,
