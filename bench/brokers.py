@@ -42,11 +42,11 @@ from _harness import (
     md_table,
     write_json,
 )
+from tidegate.harness.chaos.runner import preset, public, run_chaos
+from tidegate.harness.rabbit_node import RABBITMQ_BIN, RabbitNode
+from tidegate.harness.run_broker import open_amqp_broker
+from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo
 from tidegate.logging import configure as configure_logging
-from tidegate.ops.chaos import preset, public, run_chaos
-from tidegate.ops.rabbit_node import RABBITMQ_BIN, RabbitNode
-from tidegate.ops.run_broker import open_amqp_broker
-from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo
 from tidegate.redis_server import EmbeddedRedis
 
 COLUMNS = (

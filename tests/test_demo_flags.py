@@ -19,7 +19,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from tidegate.cli import cli
-from tidegate.ops import bulk_demo, chaos, gate_demo, overload_demo, vessel_demo
+from tidegate.harness.chaos import runner as chaos
+from tidegate.harness.scenarios import bulk as bulk_demo
+from tidegate.harness.scenarios import gate as gate_demo
+from tidegate.harness.scenarios import overload as overload_demo
+from tidegate.harness.scenarios import vessel as vessel_demo
 
 T0 = 1_000.0
 
@@ -82,7 +86,7 @@ def samples() -> list[Any]:
 def live_sample() -> Any:
     """What the live view shows while a run drains (the real sample type, so the view
     cannot read a field a run does not record)."""
-    from tidegate.ops.vessel_demo import Sample
+    from tidegate.harness.scenarios.vessel import Sample
 
     return Sample(
         t=3.0,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import redis
 
+from tidegate.harness.chaos import runner as chaos
+from tidegate.harness.scenarios.vessel import RunHandles, Submission, VesselConfig
 from tidegate.load import DeadLetter, DeadLetterQueue
-from tidegate.ops import chaos
-from tidegate.ops.vessel_demo import RunHandles, Submission, VesselConfig
 
 T0 = 1_000.0
 

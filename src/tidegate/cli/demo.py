@@ -32,7 +32,7 @@ from tidegate.redis_server import redis_url
 
 __all__ = ["ACCEPTS", "CHAOS_KINDS", "check_flags", "demo"]
 
-#: ``--chaos`` choices: the scenarios of :mod:`tidegate.ops.chaos` (kept literal so the
+#: ``--chaos`` choices: the scenarios of :mod:`tidegate.harness.chaos.runner` (kept literal so the
 #: CLI starts without importing Celery).
 CHAOS_KINDS = (
     "kill-workers",
@@ -180,14 +180,14 @@ def _finish(
     samples: Any = None,
 ) -> None:
     """The end of every run: aligned tables, then the files written, each by its path."""
-    from tidegate.ops.report_view import end_tables, public
+    from tidegate.harness.report_view import end_tables, public
 
     # Off a terminal, a live view's last frame ends without a line break.
     console.line()
     for table in end_tables(report):
         print_table(console, table)
     if plot_path is not None:
-        from tidegate.ops.plot import plot_run
+        from tidegate.harness.plot import plot_run
 
         console.print(f"plot: {plot_run(dict(report), samples, plot_path)}")
     if json_path is not None:
@@ -472,8 +472,8 @@ def _vessel_scenario(
     *,
     console_on: bool = False,
 ) -> None:
-    from tidegate.ops.run_broker import run_broker_for
-    from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo, tos_pool
+    from tidegate.harness.run_broker import run_broker_for
+    from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo, tos_pool
 
     config = VesselConfig(
         interchanges=interchanges,
@@ -508,10 +508,10 @@ def _vessel_scenario(
 
 
 def _demo_console(console: Console, stack: contextlib.ExitStack, log_dir: Path) -> Any:
-    """The console on the run (:mod:`tidegate.ops.console_demo`): its URL and password
+    """The console on the run (:mod:`tidegate.harness.scenarios.console`): its URL and password
     are printed here, once; its audit events go to ``console.log`` in the log folder."""
+    from tidegate.harness.scenarios.console import DEMO_USER, DemoConsole
     from tidegate.logging import configure as configure_logging
-    from tidegate.ops.console_demo import DEMO_USER, DemoConsole
 
     events = stack.enter_context((log_dir / "console.log").open("a", encoding="utf-8"))
     configure_logging(level="INFO", stream=events)
@@ -546,7 +546,7 @@ def _bulk_scenario(
     json_path: Path | None,
     keep_logs: bool,
 ) -> None:
-    from tidegate.ops.bulk_demo import BulkConfig, run_bulk_demo
+    from tidegate.harness.scenarios.bulk import BulkConfig, run_bulk_demo
 
     config = BulkConfig(bls=bls, workers=workers, seed=seed)
     console.print(
@@ -575,8 +575,8 @@ def _overload_scenario(
     json_path: Path | None,
     keep_logs: bool,
 ) -> None:
+    from tidegate.harness.scenarios.overload import OverloadConfig, live_table, run_overload_demo
     from tidegate.logging import configure as configure_logging
-    from tidegate.ops.overload_demo import OverloadConfig, live_table, run_overload_demo
 
     config = OverloadConfig(
         vermas=vermas,
@@ -607,7 +607,7 @@ def _overload_scenario(
 
 
 def _gate_scenario(console: Console, json_path: Path | None) -> None:
-    from tidegate.ops.gate_demo import run_gate_demo
+    from tidegate.harness.scenarios.gate import run_gate_demo
 
     with redis_url() as url:
         console.print("[bold]4 processes[/] push 120 documents through one gate of 20/s…")
@@ -626,7 +626,7 @@ def _chaos_scenario(
 ) -> None:
     """The burst under a fault; the flags given replace the preset's values. A failed
     check exits 1 after the tables and files, so a script or CI sees it."""
-    from tidegate.ops.chaos import preset, run_chaos
+    from tidegate.harness.chaos.runner import preset, run_chaos
 
     config = dataclasses.replace(preset(kind), **tuning)
     limits = {

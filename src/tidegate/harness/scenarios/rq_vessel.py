@@ -1,10 +1,10 @@
 """The vessel burst through RQ workers: the same burst, sims, gates, lifecycle and report.
 
 ``tidegate demo --engine rq`` runs :func:`run_rq_vessel_demo`: the berthing burst of
-:mod:`tidegate.ops.vessel_demo`, enqueued as JSON RQ jobs (:mod:`tidegate.ops.rq_vessel_app`)
-on one queue per downstream, worked by real ``rq worker`` processes
-(:mod:`tidegate.harness.rq_fleet`), reported by the one reconciliation
-(:func:`tidegate.ops.reconcile.reconcile`) from the sims' own records, the DLQ and what
+:mod:`tidegate.harness.scenarios.vessel`, enqueued as JSON RQ jobs
+(:mod:`tidegate.harness.rq_vessel_app`) on one queue per downstream, worked by real
+``rq worker`` processes (:mod:`tidegate.harness.rq_fleet`), reported by the one reconciliation
+(:func:`tidegate.harness.reconcile.reconcile`) from the sims' own records, the DLQ and what
 RQ still holds (queued, scheduled, started).
 
 With ``--chaos kill-workers`` (:class:`RqKillWorkers`) work horses and, every few
@@ -35,14 +35,10 @@ from rq.worker import Worker
 
 from tidegate._redis import client_from_url
 from tidegate.errors import PayloadTooLarge
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.reconcile import reconcile
 from tidegate.harness.rq_fleet import RqFleet, RqPool
-from tidegate.integrations.rq import JsonSerializer, json_queue
-from tidegate.load import DeadLetterQueue
-from tidegate.load.payload import check_payload_size
-from tidegate.logging import get_logger
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.reconcile import reconcile
-from tidegate.ops.vessel_demo import (
+from tidegate.harness.scenarios.vessel import (
     Sample,
     Submission,
     VesselConfig,
@@ -54,14 +50,18 @@ from tidegate.ops.vessel_demo import (
     peak_by_process,
     rss_fields,
 )
+from tidegate.integrations.rq import JsonSerializer, json_queue
+from tidegate.load import DeadLetterQueue
+from tidegate.load.payload import check_payload_size
+from tidegate.logging import get_logger
 
 __all__ = ["RqKillWorkers", "run_rq_vessel_demo"]
 
 log = get_logger("tidegate.ops")
 
 FUNCTIONS = {
-    "customs": "tidegate.ops.rq_vessel_app.submit_customs",
-    "tos": "tidegate.ops.rq_vessel_app.push_tos",
+    "customs": "tidegate.harness.rq_vessel_app.submit_customs",
+    "tos": "tidegate.harness.rq_vessel_app.push_tos",
 }
 _DOWNSTREAM_OF_QUEUE = {"edi.customs": "customs", "edi.tos": "tos"}
 

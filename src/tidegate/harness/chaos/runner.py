@@ -1,6 +1,6 @@
 """Fault scenarios (issue 7): break one thing during a vessel burst, then account for it.
 
-Each scenario is the vessel burst of :mod:`tidegate.ops.vessel_demo` — real Celery
+Each scenario is the vessel burst of :mod:`tidegate.harness.scenarios.vessel` — real Celery
 workers, the gates, simulated customs and TOS — with one fault injected while it
 drains, on its own embedded Redis (a chaos run kills things; it never touches a shared
 server):
@@ -35,11 +35,11 @@ server):
     (``TIDEGATE_TOS_MAX_REQUEST_S``): no lookup, no resend before it.
 ``broker-restart``
     RabbitMQ as the broker (a private node), SIGKILLed mid-burst and booted again
-    (:mod:`tidegate.ops.chaos_amqp`; ``--broker amqp://…`` runs ``kill-workers`` and
+    (:mod:`tidegate.harness.chaos.amqp`; ``--broker amqp://…`` runs ``kill-workers`` and
     ``downstream-outage`` on RabbitMQ too).
 ``redis-oom``
     Redis refuses every write (``OOM``: ``maxmemory`` with ``noeviction``) for
-    ``fault_s`` mid-burst, then takes writes again (:mod:`tidegate.ops.chaos_oom`):
+    ``fault_s`` mid-burst, then takes writes again (:mod:`tidegate.harness.chaos.redis_oom`):
     the workers must wait and resume, losing, repeating and dead-lettering nothing.
 ``poison``
     Malformed documents (truncated, not EDIFACT, broken references, an envelope
@@ -56,8 +56,8 @@ happens is counted, and ``kill-workers`` / ``redis-restart`` report whether it l
 such a window. Scenario checks come on top (:func:`run_chaos` returns them in
 ``report["chaos"]["checks"]``).
 
-The workers run the vessel app (:mod:`tidegate.ops.vessel_app`) through
-``tidegate.ops.chaos:worker_app``, which only shortens its time limits and the broker's
+The workers run the vessel app (:mod:`tidegate.harness.vessel_app`) through
+``tidegate.harness.chaos.runner:worker_app``, which only shortens its time limits and the broker's
 visibility timeout (``TIDEGATE_CHAOS_*``): the vessel app's own time limits are the
 preset's (300 s hard), and its import-time check rightly refuses a visibility timeout
 under 600 s. Everything else — tasks, gates, parking, DLQ, ledger — is the vessel app's.
@@ -89,11 +89,9 @@ from tidegate.edi.intake import Intake
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.flow.backends.base import GateKeys
-from tidegate.load import DeadLetterQueue, ParkingLot
-from tidegate.logging import get_logger
-from tidegate.ops.reconcile import reconcile
-from tidegate.ops.report_view import public
-from tidegate.ops.vessel_demo import (
+from tidegate.harness.reconcile import reconcile
+from tidegate.harness.report_view import public
+from tidegate.harness.scenarios.vessel import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     TASK_FOR_QUEUE,
     RunHandles,
@@ -103,6 +101,8 @@ from tidegate.ops.vessel_demo import (
     run_vessel_demo,
     tos_pool,
 )
+from tidegate.load import DeadLetterQueue, ParkingLot
+from tidegate.logging import get_logger
 from tidegate.redis_server import EmbeddedRedis
 from tidegate.sim import max_in_window
 
@@ -159,7 +159,7 @@ KINDS: tuple[Kind, ...] = (
 #: The scenarios that restart Redis (on an append-only file, the production setting).
 _RESTARTS = frozenset({"redis-restart", "host-crash"})
 #: The ``-A`` of the scenario's workers: the vessel app with the timing below.
-WORKER_APP = "tidegate.ops.chaos:worker_app"
+WORKER_APP = "tidegate.harness.chaos.runner:worker_app"
 
 _ENV_SOFT = "TIDEGATE_CHAOS_SOFT_TIME_LIMIT_S"
 _ENV_HARD = "TIDEGATE_CHAOS_HARD_TIME_LIMIT_S"
@@ -177,8 +177,8 @@ def _worker_app() -> Celery:
             "the chaos workers set their own visibility timeout: unset "
             f"TIDEGATE_VISIBILITY_TIMEOUT_S and use {_ENV_VISIBILITY}"
         )
+    from tidegate.harness import vessel_app
     from tidegate.integrations.celery import check_visibility_timeout
-    from tidegate.ops import vessel_app
 
     app = vessel_app.app
     soft = float(os.environ.get(_ENV_SOFT, "25"))
@@ -199,7 +199,7 @@ def _worker_app() -> Celery:
 
 
 def __getattr__(name: str) -> Celery:
-    # ``celery -A tidegate.ops.chaos:worker_app`` looks the app up here; building it
+    # ``celery -A tidegate.harness.chaos.runner:worker_app`` looks the app up here; building it
     # lazily keeps the vessel app (and its Celery instance) out of every other process.
     if name == "worker_app":
         return _worker_app()
@@ -265,7 +265,7 @@ class ChaosConfig:
         kind: one of :data:`KINDS`.
         interchanges, customs_rate, customs_burst, tos_connections, tos_service_s,
             workers, tos_workers, seed, max_wait_s, timeout_s, max_payload_bytes: the
-            vessel burst (:class:`~tidegate.ops.vessel_demo.VesselConfig`).
+            vessel burst (:class:`~tidegate.harness.scenarios.vessel.VesselConfig`).
         fault_at_s: when the fault starts, seconds after the burst is submitted.
         fault_s: how long it lasts (outage, slowness, Redis down; for
             ``kill-workers`` the longest kill window).
@@ -1576,7 +1576,7 @@ def _scenario(config: ChaosConfig, log_dir: Path | None, server: EmbeddedRedis) 
     if config.kind == "slow-commit":
         return _SlowCommit(config, log_dir)
     if config.kind == "redis-oom":
-        from tidegate.ops.chaos_oom import RedisOom  # its module builds on this one
+        from tidegate.harness.chaos.redis_oom import RedisOom  # its module builds on this one
 
         return RedisOom(config, log_dir, server)
     return _Poison(config, log_dir)
@@ -1660,14 +1660,14 @@ def run_chaos(
     before this returns (``report["log_dir"]`` is then ``None``).
 
     With ``broker_url`` (``amqp://``), or for ``broker-restart``, RabbitMQ carries the
-    messages (:mod:`tidegate.ops.chaos_amqp`).
+    messages (:mod:`tidegate.harness.chaos.amqp`).
     """
     with contextlib.ExitStack() as stack:
         kept = log_dir is not None
         if log_dir is None:
             tmp = tempfile.TemporaryDirectory(prefix=f"tidegate-chaos-{config.kind}-")
             log_dir = Path(stack.enter_context(tmp))
-        from tidegate.ops.chaos_amqp import amqp_chaos_run, amqp_scenario
+        from tidegate.harness.chaos.amqp import amqp_chaos_run, amqp_scenario
 
         amqp = stack.enter_context(amqp_chaos_run(config, broker_url))
         server = EmbeddedRedis(appendonly=config.kind in _RESTARTS).start()

@@ -23,10 +23,10 @@ The demo's intake refuses a document whose envelope is larger than
 ``VesselConfig.max_payload_bytes`` *before* it reaches the broker
 (:class:`PayloadTooLarge`, event ``intake_refused``) and counts it as
 ``refused_at_intake``. A :class:`Disturbance` (the chaos scenarios of
-:mod:`tidegate.ops.chaos`) can plug into a run: extra worker environment, extra
+:mod:`tidegate.harness.chaos.runner`) can plug into a run: extra worker environment, extra
 documents, a hook called every sampling period — also while Redis is away, when that
 period's sample is skipped, not the run — and a last look before the run's keys are
-deleted. The broker is Redis itself unless a :class:`~tidegate.ops.run_broker.RunBroker`
+deleted. The broker is Redis itself unless a :class:`~tidegate.harness.run_broker.RunBroker`
 (a RabbitMQ vhost) is passed; tidegate's state stays on Redis either way.
 """
 
@@ -46,16 +46,16 @@ from celery import Celery
 
 from tidegate._redis import client_from_url
 from tidegate.errors import BackendError, PayloadTooLarge
+from tidegate.harness import front_door
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool, PoolMemory
+from tidegate.harness.reconcile import Reconciliation, keys_in_messages, reconcile
+from tidegate.harness.run_broker import RedisRunBroker, RunBroker
 from tidegate.load import DeadLetterQueue, ParkingLot
 from tidegate.load.outstanding import Outstanding
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
 from tidegate.load.sizing import PoolSize, pool_size
 from tidegate.logging import get_logger
-from tidegate.ops import front_door
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool, PoolMemory
-from tidegate.ops.reconcile import Reconciliation, keys_in_messages, reconcile
-from tidegate.ops.run_broker import RedisRunBroker, RunBroker
 from tidegate.sim import CustomsSim, QuotaHeaders, TosSim
 
 __all__ = [
@@ -109,8 +109,8 @@ class VesselConfig:
     tos_workers: int | None = None
     tos_overhead_s: float = TOS_OVERHEAD_S
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    app: str = "tidegate.ops.vessel_app"
-    #: Post the burst to a real intake service (:mod:`tidegate.ops.front_door`) rather
+    app: str = "tidegate.harness.vessel_app"
+    #: Post the burst to a real intake service (:mod:`tidegate.harness.front_door`) rather
     #: than publish it from Python; a chaos run always publishes directly.
     front_door: bool = True
     #: ``(at_s, rate)`` steps of the customs sim's enforced rate (see
@@ -416,7 +416,7 @@ def run_vessel_demo(
         disturbance: a chaos scenario plugged into the run (:class:`Disturbance`);
             what it collects is the report's ``chaos`` entry.
         broker: the Celery broker when it is not the Redis at ``url`` (a RabbitMQ
-            vhost, :func:`~tidegate.ops.run_broker.open_amqp_broker`); the caller
+            vhost, :func:`~tidegate.harness.run_broker.open_amqp_broker`); the caller
             closes it.
     """
     prefix = f"tidegate-demo-{uuid.uuid4().hex[:8]}"

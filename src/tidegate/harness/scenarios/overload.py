@@ -38,6 +38,11 @@ from rich.table import Table
 
 from tidegate._redis import client_from_url
 from tidegate.flow import Gate
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool
+from tidegate.harness.reconcile import reconcile
+from tidegate.harness.report_view import summary_table
+from tidegate.harness.scenarios.vessel import pending_keys
 from tidegate.load.admission import Admission, CelerySender, Inbound
 from tidegate.load.depth import RedisDepthProbe
 from tidegate.load.dlq import DeadLetterQueue
@@ -45,12 +50,7 @@ from tidegate.load.parking import ParkingLot
 from tidegate.load.quarantine import Quarantine
 from tidegate.load.shedding import BULK_BL_PDF, BULK_QUEUE, CUSTOMS_QUEUE, document_class
 from tidegate.load.watermarks import LoadBoard, ScalingPolicy, Watermarks, WatermarkStore
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
 from tidegate.ops.monitor import Monitor, QueueSpec
-from tidegate.ops.reconcile import reconcile
-from tidegate.ops.report_view import summary_table
-from tidegate.ops.vessel_demo import pending_keys
 from tidegate.sim import CustomsSim, DatabaseSim
 
 __all__ = [
@@ -62,7 +62,7 @@ __all__ = [
     "run_overload_demo",
 ]
 
-#: queue → task of the scenario's Celery app (:mod:`tidegate.ops.overload_app`).
+#: queue → task of the scenario's Celery app (:mod:`tidegate.harness.overload_app`).
 TASKS = {CUSTOMS_QUEUE: "edi.customs.submit", BULK_QUEUE: "bulk.documents.store"}
 
 
@@ -344,7 +344,7 @@ def run_overload_demo(
             Pool("customs", [CUSTOMS_QUEUE], concurrency=config.customs_workers),
             Pool("bulk", [BULK_QUEUE], concurrency=config.bulk_workers),
         ]
-        fleet = Fleet("tidegate.ops.overload_app", pools, env=env, log_dir=log_dir)
+        fleet = Fleet("tidegate.harness.overload_app", pools, env=env, log_dir=log_dir)
         handles = _Handles(
             client,
             customs,
@@ -487,5 +487,5 @@ def live_table(sample: OverloadSample, total: int) -> Table:
 
 
 def report_table(report: dict[str, Any]) -> Table:
-    """The outcome under the JSON report's own names (:mod:`tidegate.ops.report_view`)."""
+    """The outcome under the JSON report's own names (:mod:`tidegate.harness.report_view`)."""
     return summary_table(report, title="overload: outcome")
