@@ -42,7 +42,7 @@ from _harness import (
     md_table,
     write_json,
 )
-from tidegate.harness.chaos.runner import preset, public, run_chaos
+from tidegate.harness.chaos import preset, public, run_chaos
 from tidegate.harness.rabbit_node import RABBITMQ_BIN, RabbitNode
 from tidegate.harness.run_broker import open_amqp_broker
 from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo

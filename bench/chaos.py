@@ -1,6 +1,6 @@
 """Fault scenarios at full size: what breaks, what the fleet does, what is lost (issue 7).
 
-Runs every scenario of :mod:`tidegate.harness.chaos.runner` — ``kill-workers`` (the 10,000-
+Runs every scenario of :mod:`tidegate.harness.chaos` — ``kill-workers`` (the 10,000-
 interchange burst with SIGKILLs), ``redis-restart``, ``host-crash`` (the restart with
 the AOF's last second lost), ``downstream-outage`` (twice: with 150 and with 10 customs
 documents in flight), ``slow-downstream``, ``slow-commit`` (TOS requests that outlive
@@ -38,7 +38,7 @@ from _harness import (
     md_table,
     write_json,
 )
-from tidegate.harness.chaos.runner import KINDS, benchmark_runs, public, run_chaos, summary_row
+from tidegate.harness.chaos import KINDS, benchmark_runs, public, run_chaos, summary_row
 from tidegate.logging import configure as configure_logging
 from tidegate.redis_server import find_redis_server
 

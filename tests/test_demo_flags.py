@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from tidegate.cli import cli
-from tidegate.harness.chaos import runner as chaos
+from tidegate.harness import chaos
 from tidegate.harness.scenarios import bulk as bulk_demo
 from tidegate.harness.scenarios import gate as gate_demo
 from tidegate.harness.scenarios import overload as overload_demo

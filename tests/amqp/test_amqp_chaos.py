@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tidegate.errors import ConfigurationError
-from tidegate.harness.chaos.runner import preset, run_chaos
+from tidegate.harness.chaos import preset, run_chaos
 from tidegate.harness.rabbit_node import rabbitmq_installed
 from tidegate.redis_server import find_redis_server
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import redis
 
-from tidegate.harness.chaos import runner as chaos
+from tidegate.harness import chaos
+from tidegate.harness.chaos.slow_downstream import _SlowDownstream
 from tidegate.harness.scenarios.vessel import RunHandles, Submission, VesselConfig
 from tidegate.load import DeadLetter, DeadLetterQueue
 
@@ -72,7 +73,7 @@ def _collect(client: redis.Redis, prefix: str, dead: list[str]) -> dict[str, Any
         config=VesselConfig(),
         submissions=submissions,
     )
-    scenario = chaos._SlowDownstream(chaos.preset("slow-downstream", "test"), None)
+    scenario = _SlowDownstream(chaos.preset("slow-downstream", "test"), None)
     data = scenario.collect(run)
     report = {
         "submitted": len(submissions),

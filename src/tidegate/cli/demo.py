@@ -32,7 +32,7 @@ from tidegate.redis_server import redis_url
 
 __all__ = ["ACCEPTS", "CHAOS_KINDS", "check_flags", "demo"]
 
-#: ``--chaos`` choices: the scenarios of :mod:`tidegate.harness.chaos.runner` (kept literal so the
+#: ``--chaos`` choices: the scenarios of :mod:`tidegate.harness.chaos` (kept literal so the
 #: CLI starts without importing Celery).
 CHAOS_KINDS = (
     "kill-workers",
@@ -626,7 +626,7 @@ def _chaos_scenario(
 ) -> None:
     """The burst under a fault; the flags given replace the preset's values. A failed
     check exits 1 after the tables and files, so a script or CI sees it."""
-    from tidegate.harness.chaos.runner import preset, run_chaos
+    from tidegate.harness.chaos import preset, run_chaos
 
     config = dataclasses.replace(preset(kind), **tuning)
     limits = {

@@ -3,7 +3,7 @@
 Starts ``celery -A <app> worker`` subprocesses (one pool per downstream queue), waits
 until each answers a ping, samples their memory (main process + pool children), and
 stops them — SIGTERM, then SIGKILL — whatever happens to the caller. The chaos
-scenarios (:mod:`tidegate.harness.chaos.runner`) also find the main and pool processes to kill
+scenarios (:mod:`tidegate.harness.chaos`) also find the main and pool processes to kill
 and restart a worker whose main process died.
 """
 

@@ -1,7 +1,7 @@
 """The chaos scenarios on RabbitMQ: what changes when the broker is not Redis.
 
 ``tidegate demo --chaos <kind> --broker amqp://…`` runs the vessel burst of
-:mod:`tidegate.harness.chaos.runner` with RabbitMQ carrying the messages, in a vhost of the run's
+:mod:`tidegate.harness.chaos` with RabbitMQ carrying the messages, in a vhost of the run's
 own (:mod:`tidegate.harness.run_broker`); tidegate's state stays on the run's embedded
 Redis. The same per-key reconciliation decides: lost 0, accepted twice 0.
 
@@ -40,15 +40,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidegate.errors import BackendError, ConfigurationError
-from tidegate.harness.chaos.runner import (
-    ChaosConfig,
-    Check,
-    _check,
-    _DownstreamOutage,
-    _KillWorkers,
-    _reconciled,
-    _Scenario,
-)
+from tidegate.harness.chaos.config import ChaosConfig
+from tidegate.harness.chaos.downstream_outage import _DownstreamOutage
+from tidegate.harness.chaos.kill_workers import _KillWorkers
+from tidegate.harness.chaos.scenario import _Scenario
+from tidegate.harness.chaos.verdict import Check, _check, _reconciled
 from tidegate.harness.rabbit_node import RabbitNode
 from tidegate.harness.run_broker import AmqpRunBroker, open_amqp_broker
 from tidegate.logging import get_logger

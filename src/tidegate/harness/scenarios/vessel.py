@@ -23,7 +23,7 @@ The demo's intake refuses a document whose envelope is larger than
 ``VesselConfig.max_payload_bytes`` *before* it reaches the broker
 (:class:`PayloadTooLarge`, event ``intake_refused``) and counts it as
 ``refused_at_intake``. A :class:`Disturbance` (the chaos scenarios of
-:mod:`tidegate.harness.chaos.runner`) can plug into a run: extra worker environment, extra
+:mod:`tidegate.harness.chaos`) can plug into a run: extra worker environment, extra
 documents, a hook called every sampling period — also while Redis is away, when that
 period's sample is skipped, not the run — and a last look before the run's keys are
 deleted. The broker is Redis itself unless a :class:`~tidegate.harness.run_broker.RunBroker`
