@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     runs: list[dict[str, Any]] = []
     for config in benchmark_runs(kinds, args.size):
-        print(f"{config.name}: {config.interchanges} interchanges…", flush=True)
+        print(f"{config.name}: {config.vessel.interchanges} interchanges…", flush=True)
         watch = CpuWatch()
         report, _ = run_chaos(config, on_sample=_progress(config.name))
         report["interference"] = watch.stop()

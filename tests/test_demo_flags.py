@@ -292,8 +292,8 @@ def test_chaos_honours_rate_burst_workers_seed_and_size(runners: Recorder) -> No
 
     assert result.exit_code == 0, result.output
     config = runners.calls[0]["config"]
-    assert (config.customs_rate, config.customs_burst) == (7.0, 2)
-    assert (config.workers, config.seed, config.interchanges) == (3, 11, 50)
+    assert (config.vessel.customs_rate, config.vessel.customs_burst) == (7.0, 2)
+    assert (config.vessel.workers, config.vessel.seed, config.vessel.interchanges) == (3, 11, 50)
 
 
 def test_chaos_keeps_the_presets_values_for_flags_not_given(runners: Recorder) -> None:

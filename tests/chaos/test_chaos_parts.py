@@ -204,9 +204,9 @@ def test_presets_exist_for_every_kind_and_size() -> None:
     for kind in KINDS:
         full, trimmed = preset(kind, "full"), preset(kind, "test")
         assert full.kind == trimmed.kind == kind
-        assert trimmed.interchanges < full.interchanges
-        assert full.vessel().app == "tidegate.harness.chaos.worker_app:worker_app"
-    assert preset("kill-workers").interchanges == 10_000
+        assert trimmed.vessel.interchanges < full.vessel.interchanges
+        assert full.vessel_run.app == "tidegate.harness.chaos.worker_app:worker_app"
+    assert preset("kill-workers").vessel.interchanges == 10_000
     with pytest.raises(ConfigurationError, match="unknown chaos kind"):
         ChaosConfig("meteor-strike")  # type: ignore[arg-type]
 

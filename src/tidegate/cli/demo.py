@@ -9,7 +9,6 @@ go to a temporary directory removed at the end unless ``--keep-logs`` asks for t
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -354,26 +353,17 @@ def demo(
         if engine == "rq":
             from tidegate.cli._demo_rq import rq_vessel_scenario
 
-            tuning = {name: ctx.params[name] for name in _RQ_TUNING if _given(ctx, name)}
+            tuning = _burst_flags(ctx)
             rq_vessel_scenario(console, tuning, chaos_kind, json_path, plot_path, keep_logs)
         elif chaos_kind is not None:
-            tuning = {
-                name: ctx.params[name]
-                for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
-                if _given(ctx, name)
-            }
+            tuning = _burst_flags(ctx)
             _chaos_scenario(console, chaos_kind, tuning, json_path, plot_path, keep_logs, broker)
         elif run == "gate":
             _gate_scenario(console, json_path)
         elif run == "adaptive":
             from tidegate.cli.demo_adaptive import adaptive_scenario
 
-            tuning = {
-                name: ctx.params[name]
-                for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
-                if _given(ctx, name)
-            }
-            adaptive_scenario(console, tuning, json_path, plot_path, keep_logs)
+            adaptive_scenario(console, _burst_flags(ctx), json_path, plot_path, keep_logs)
         elif run == "bulk":
             _bulk_scenario(console, bls, workers, seed, json_path, keep_logs)
         elif run == "overload":
@@ -411,8 +401,16 @@ def demo(
         raise TidegateCLIError(_UNWRITABLE_HINTS.get(cause, _UNWRITABLE_HINTS["oom"])) from None
 
 
-#: The flags ``--engine rq`` passes on to its vessel burst.
-_RQ_TUNING = ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
+#: The flags that tune the vessel burst, under whichever run carries it (``--engine rq``,
+#: ``--chaos``, ``--scenario adaptive``): each run's configuration owns these names.
+_BURST_FLAGS = ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
+
+
+def _burst_flags(ctx: click.Context) -> dict[str, Any]:
+    """The burst flags given on the command line; the others keep the run's own values
+    (a chaos preset's 20/s is not overwritten by the vessel demo's default 10/s)."""
+    return {name: ctx.params[name] for name in _BURST_FLAGS if _given(ctx, name)}
+
 
 #: The one line ``tidegate demo`` ends with when its Redis refuses writes, by cause.
 _UNWRITABLE_HINTS = {
@@ -628,15 +626,16 @@ def _chaos_scenario(
     check exits 1 after the tables and files, so a script or CI sees it."""
     from tidegate.harness.chaos import preset, run_chaos
 
-    config = dataclasses.replace(preset(kind), **tuning)
+    config = preset(kind).tuned(**tuning)
+    burst = config.vessel
     limits = {
-        "customs": f"{config.customs_rate:g}/s",
-        "tos": f"{config.tos_connections} connections",
+        "customs": f"{burst.customs_rate:g}/s",
+        "tos": f"{burst.tos_connections} connections",
     }
     console.print(
-        f"[bold]Chaos — {kind}:[/] {config.interchanges} interchanges, fault at "
-        f"t = {config.fault_at_s:g} s; customs gateway {config.customs_rate:g}/s "
-        f"(burst {config.customs_burst}), {config.workers} customs workers, seed {config.seed}."
+        f"[bold]Chaos — {kind}:[/] {burst.interchanges} interchanges, fault at "
+        f"t = {config.fault_at_s:g} s; customs gateway {burst.customs_rate:g}/s "
+        f"(burst {burst.customs_burst}), {burst.workers} customs workers, seed {burst.seed}."
     )
     with (
         _log_dir(console, keep_logs, f"chaos-{kind}") as log_dir,

@@ -10,11 +10,11 @@ and the test suite's shape of each kind.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from tidegate.errors import ConfigurationError
-from tidegate.harness.scenarios.vessel import DEFAULT_MAX_PAYLOAD_BYTES, VesselConfig
+from tidegate.harness.scenarios.vessel import VesselConfig
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -104,15 +104,37 @@ class WorkerTiming:
 # -- configuration -------------------------------------------------------------------
 
 
+#: The vessel-burst knobs a chaos report lists in its ``config``, flat and in this order
+#: (as it did when :class:`ChaosConfig` still copied them).
+_REPORTED_BURST = (
+    "interchanges",
+    "customs_rate",
+    "customs_burst",
+    "tos_connections",
+    "tos_service_s",
+    "workers",
+    "tos_workers",
+    "seed",
+    "max_wait_s",
+    "timeout_s",
+    "max_payload_bytes",
+)
+_VESSEL_FIELDS = frozenset(f.name for f in fields(VesselConfig))
+
+
 @dataclass(frozen=True, slots=True)
 class ChaosConfig:
-    """One scenario run: the burst, the fault and the workers' timing.
+    """One scenario run: the vessel burst, the fault and the workers' timing.
+
+    The burst is the vessel scenario's own configuration, held whole: a chaos run has
+    the same knobs with the same defaults, and a new vessel knob reaches chaos runs
+    without a copy to keep in step.
 
     Args:
         kind: one of :data:`KINDS`.
-        interchanges, customs_rate, customs_burst, tos_connections, tos_service_s,
-            workers, tos_workers, seed, max_wait_s, timeout_s, max_payload_bytes: the
-            vessel burst (:class:`~tidegate.harness.scenarios.vessel.VesselConfig`).
+        vessel: the burst, the downstreams and the fleet
+            (:class:`~tidegate.harness.scenarios.vessel.VesselConfig`); its ``app`` is
+            replaced by :data:`WORKER_APP` when the run starts (:attr:`vessel_run`).
         fault_at_s: when the fault starts, seconds after the burst is submitted.
         fault_s: how long it lasts (outage, slowness, Redis down; for
             ``kill-workers`` the longest kill window).
@@ -130,17 +152,7 @@ class ChaosConfig:
     """
 
     kind: Kind
-    interchanges: int = 2000
-    customs_rate: float = 20.0
-    customs_burst: int = 4
-    tos_connections: int = 4
-    tos_service_s: float = 0.05
-    workers: int = 2
-    tos_workers: int | None = None
-    seed: int = 7
-    max_wait_s: float = 10.0
-    timeout_s: float = 900.0
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    vessel: VesselConfig = field(default_factory=VesselConfig)
     fault_at_s: float = 5.0
     fault_s: float = 60.0
     kill_every_s: float = 3.0
@@ -157,7 +169,7 @@ class ChaosConfig:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConfigurationError(f"unknown chaos kind {self.kind!r}; one of {KINDS}")
-        if self.max_wait_s + 2.0 > self.timing.soft_time_limit_s:
+        if self.vessel.max_wait_s + 2.0 > self.timing.soft_time_limit_s:
             # A task waits in place up to max_wait_s, then calls the downstream.
             raise ConfigurationError("soft_time_limit_s must exceed max_wait_s + 2 s")
 
@@ -166,21 +178,38 @@ class ChaosConfig:
         """The kind, and the label if any: ``downstream-outage (10 in flight)``."""
         return f"{self.kind} ({self.label})" if self.label else self.kind
 
-    def vessel(self) -> VesselConfig:
-        return VesselConfig(
-            interchanges=self.interchanges,
-            customs_rate=self.customs_rate,
-            customs_burst=self.customs_burst,
-            tos_connections=self.tos_connections,
-            tos_service_s=self.tos_service_s,
-            workers=self.workers,
-            seed=self.seed,
-            timeout_s=self.timeout_s,
-            max_wait_s=self.max_wait_s,
-            tos_workers=self.tos_workers,
-            max_payload_bytes=self.max_payload_bytes,
-            app=WORKER_APP,
-        )
+    @property
+    def vessel_run(self) -> VesselConfig:
+        """The vessel run this is: :attr:`vessel` on the chaos workers' app, whose time
+        limits come from :attr:`timing` rather than the vessel app's own."""
+        return replace(self.vessel, app=WORKER_APP)
+
+    def tuned(self, **changes: Any) -> ChaosConfig:
+        """This run with ``changes``, each applied to the configuration that owns its
+        name: the burst's (``interchanges``, ``customs_rate``…) or the fault's
+        (``fault_s``…). The presets and the CLI's flags both go through here.
+
+        Raises:
+            ConfigurationError: a name neither configuration has.
+        """
+        own = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - own - _VESSEL_FIELDS)
+        if unknown:
+            raise ConfigurationError(f"no chaos or vessel setting named {', '.join(unknown)}")
+        burst = {k: v for k, v in changes.items() if k in _VESSEL_FIELDS}
+        rest = {k: v for k, v in changes.items() if k not in _VESSEL_FIELDS}
+        return replace(self, vessel=replace(self.vessel, **burst), **rest)
+
+    def knobs(self) -> dict[str, Any]:
+        """The run's settings as a report's ``config`` lists them: flat, the burst's
+        first, the workers' timing as a mapping."""
+        knobs: dict[str, Any] = {"kind": self.kind}
+        knobs.update((name, getattr(self.vessel, name)) for name in _REPORTED_BURST)
+        for f in fields(self):
+            if f.name not in {"kind", "vessel", "timing"}:
+                knobs[f.name] = getattr(self, f.name)
+        knobs["timing"] = asdict(self.timing)
+        return knobs
 
 
 _TEST_TIMING = WorkerTiming(
@@ -203,11 +232,13 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
     if size == "test":
         base = ChaosConfig(
             kind,
-            interchanges=300,
-            customs_rate=10.0,
-            customs_burst=3,
-            max_wait_s=3.0,
-            timeout_s=150.0,
+            vessel=VesselConfig(
+                interchanges=300,
+                customs_rate=10.0,
+                customs_burst=3,
+                max_wait_s=3.0,
+                timeout_s=150.0,
+            ),
             timing=_TEST_TIMING,
             fault_at_s=2.0,
             fault_s=10.0,
@@ -231,7 +262,8 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
             "redis-oom": {"fault_at_s": 2.0, "fault_s": 8.0, "tos_service_s": 0.15},
         }
     else:
-        base = ChaosConfig(kind)
+        # The benchmark's gateway is faster than the vessel demo's (10/s, burst 3).
+        base = ChaosConfig(kind, vessel=VesselConfig(customs_rate=20.0, customs_burst=4))
         shapes = {
             "kill-workers": {
                 "interchanges": 10_000,
@@ -262,7 +294,7 @@ def preset(kind: str, size: Literal["full", "test"] = "full") -> ChaosConfig:
             # The issue's incident: memory full for 25 s while the burst drains.
             "redis-oom": {"interchanges": 3000, "fault_at_s": 10.0, "fault_s": 25.0},
         }
-    return replace(base, **shapes[kind])
+    return base.tuned(**shapes[kind])
 
 
 def benchmark_runs(

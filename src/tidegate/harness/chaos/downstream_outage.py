@@ -96,8 +96,12 @@ class _DownstreamOutage(_Scenario):
         chaos = report["chaos"]
         cfg = self.config
         policy = RetryPolicy()
-        gate_burst = max(1, cfg.customs_burst - 2)
-        gate_bound = math.floor(cfg.customs_rate * chaos["outage_s"]) + gate_burst + cfg.workers
+        gate_burst = max(1, cfg.vessel.customs_burst - 2)
+        gate_bound = (
+            math.floor(cfg.vessel.customs_rate * chaos["outage_s"])
+            + gate_burst
+            + cfg.vessel.workers
+        )
         # Up to max_attempts on the backoff ramp, then one probe per cap/2 at most.
         probes = math.ceil(chaos["outage_s"] / (policy.backoff_cap_s / 2))
         policy_bound = chaos["documents_tried_in_outage"] * (policy.max_attempts + probes)

@@ -34,7 +34,7 @@ log = get_logger("tidegate.ops")
 class _KillWorkers(_Scenario):
     def __init__(self, config: ChaosConfig, log_dir: Path | None) -> None:
         super().__init__(config, log_dir)
-        self.rng = random.Random(config.seed)
+        self.rng = random.Random(config.vessel.seed)
         self.kills: list[dict[str, Any]] = []
         self.restarts: list[dict[str, Any]] = []
         self.mains_killed: set[str] = set()
@@ -142,7 +142,7 @@ class _KillWorkers(_Scenario):
         timing = self.config.timing
         roles = chaos["kills_by_role"]
         # A call takes the TOS's service time; a second covers the answer and the mark.
-        window_s = self.config.tos_service_s + 1.0
+        window_s = self.config.vessel.tos_service_s + 1.0
         windows = [(k["pool"], k["wall"] - window_s, k["wall"]) for k in chaos["kills"]]
         explained, unexplained = _explain_duplicates(chaos, windows)
         chaos["duplicates_explained"] = explained
@@ -174,9 +174,9 @@ class _KillWorkers(_Scenario):
             ),
             _check(
                 "tos_cap_held",
-                chaos["tos_max_concurrent_seen"] <= self.config.tos_connections,
+                chaos["tos_max_concurrent_seen"] <= self.config.vessel.tos_connections,
                 chaos["tos_max_concurrent_seen"],
-                self.config.tos_connections,
+                self.config.vessel.tos_connections,
             ),
             _check(
                 "redelivery_within_visibility",

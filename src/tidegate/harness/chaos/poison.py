@@ -96,7 +96,9 @@ def poison_documents(burst: Sequence[Submission], *, per_kind: int, seed: int) -
 
 class _Poison(_Scenario):
     def documents(self, burst: list[Submission]) -> list[Submission]:
-        return poison_documents(burst, per_kind=self.config.poison_per_kind, seed=self.config.seed)
+        return poison_documents(
+            burst, per_kind=self.config.poison_per_kind, seed=self.config.vessel.seed
+        )
 
     def started(self, run: RunHandles) -> None:
         run.customs.set_document_check(edifact_problem)

@@ -109,7 +109,7 @@ class _RedisRestart(_Scenario):
         data = super().collect(run)
         down = (self.killed_at or 0.0, self.restarted_at or 0.0)
         # A call admitted just before the kill may land a little after it.
-        grace = 1.0 + self.config.tos_service_s
+        grace = 1.0 + self.config.vessel.tos_service_s
         during: dict[str, int] = {}
         for name in ("customs", "tos"):
             timeline = data[f"_{name}"]["request_timeline"]
@@ -139,11 +139,11 @@ class _RedisRestart(_Scenario):
     def checks(self, report: dict[str, Any]) -> list[Check]:
         chaos = report["chaos"]
         cfg = self.config
-        limit = cfg.customs_rate + cfg.customs_burst
+        limit = cfg.vessel.customs_rate + cfg.vessel.customs_burst
         # Accepted in the last second before the kill: the ledger mark either failed
         # (Redis gone) or was lost with the AOF's last second (``everysec``).
         killed = self.killed_at or 0.0
-        window = [(None, killed - 1.0 - cfg.tos_service_s, killed + 1.0)]
+        window = [(None, killed - 1.0 - cfg.vessel.tos_service_s, killed + 1.0)]
         explained, unexplained = _explain_duplicates(chaos, window)
         chaos["duplicates_explained"] = explained
         customs = report["downstreams"]["customs"]

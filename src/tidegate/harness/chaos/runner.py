@@ -97,8 +97,8 @@ def _drain_delays(report: dict[str, Any], config: ChaosConfig) -> dict[str, Any]
     chaos = report["chaos"]
     t0 = report["_timelines"]["t0"]
     capacity = {
-        "customs": config.customs_rate,
-        "tos": config.tos_connections / config.tos_service_s,
+        "customs": config.vessel.customs_rate,
+        "tos": config.vessel.tos_connections / config.vessel.tos_service_s,
     }
     task_of = {"customs": TASK_FOR_QUEUE["edi.customs"], "tos": TASK_FOR_QUEUE["edi.tos"]}
     delays: dict[str, Any] = {}
@@ -151,7 +151,7 @@ def run_chaos(
             )
             report, samples = run_vessel_demo(
                 server.url,
-                config.vessel(),
+                config.vessel_run,
                 log_dir=log_dir,
                 on_sample=on_sample,
                 interval_s=interval_s,
@@ -168,14 +168,8 @@ def run_chaos(
     chaos["checks"] = [asdict(c) for c in checks]
     report["ok"] = all(c.ok for c in checks)
     chaos["drain"] = _drain_delays(report, config)
-    report["config"] = {**report["config"], **_chaos_knobs(config)}
+    report["config"] = {**report["config"], **config.knobs()}
     return report, samples
-
-
-def _chaos_knobs(config: ChaosConfig) -> dict[str, Any]:
-    knobs = asdict(config)
-    knobs.pop("timing")
-    return {**knobs, "timing": asdict(config.timing)}
 
 
 def summary_row(report: Mapping[str, Any]) -> dict[str, Any]:

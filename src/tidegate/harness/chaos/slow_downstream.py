@@ -29,11 +29,11 @@ class _SlowDownstream(_Scenario):
         super().tick(run, t)
         cfg = self.config
         if self.slow_from is None and t >= cfg.fault_at_s:
-            run.tos.set_service_s(cfg.tos_service_s * cfg.slow_factor)
+            run.tos.set_service_s(cfg.vessel.tos_service_s * cfg.slow_factor)
             self.slow_from = time.time()
             self.timeline.append({"t": round(t, 2), "event": "tos_slow"})
         elif self.slow_until is None and t >= cfg.fault_at_s + cfg.fault_s:
-            run.tos.set_service_s(cfg.tos_service_s)
+            run.tos.set_service_s(cfg.vessel.tos_service_s)
             self.slow_until = time.time()
             self.timeline.append({"t": round(t, 2), "event": "tos_normal"})
 
@@ -50,7 +50,8 @@ class _SlowDownstream(_Scenario):
             tos_accepted_while_slow=len(accepted),
             tos_rate_while_slow=round(len(accepted) / (end - start), 2) if end > start else 0.0,
             tos_capacity_while_slow=round(
-                self.config.tos_connections / (self.config.tos_service_s * self.config.slow_factor),
+                self.config.vessel.tos_connections
+                / (self.config.vessel.tos_service_s * self.config.slow_factor),
                 2,
             ),
             tos_parked_for_concurrency=sum(
@@ -69,12 +70,12 @@ class _SlowDownstream(_Scenario):
             *super().checks(report),
             _check(
                 "tos_cap_held",
-                chaos["tos_max_concurrent_seen"] <= cfg.tos_connections
+                chaos["tos_max_concurrent_seen"] <= cfg.vessel.tos_connections
                 and tos["responses_503"] == 0,
                 {"max_concurrent": chaos["tos_max_concurrent_seen"], "503": tos["responses_503"]},
-                f"<= {cfg.tos_connections}, 0 × 503",
-                f"{tos_pool(cfg.vessel()).workers} TOS processes, gate concurrency "
-                f"{cfg.tos_connections}",
+                f"<= {cfg.vessel.tos_connections}, 0 × 503",
+                f"{tos_pool(cfg.vessel).workers} TOS processes, gate concurrency "
+                f"{cfg.vessel.tos_connections}",
             ),
             _check(
                 "no_message_past_visibility",
