@@ -101,7 +101,7 @@ class RedisRunBroker:
         return track_publishes(tasks, outstanding, app=producer)
 
     def depths(self, queues: Sequence[str]) -> dict[str, int]:
-        from tidegate.harness.scenarios.vessel import queue_depths
+        from tidegate.harness.burst_run import queue_depths
 
         return queue_depths(self.client, list(queues))
 

@@ -25,9 +25,10 @@ from tidegate.bulk import BatchStore
 from tidegate.bulk.celery import submit_manifest
 from tidegate.edi.intake import Intake
 from tidegate.edi.synthetic import synthetic_ifcsum
+from tidegate.harness.burst_run import cleanup_prefix, peak_by_process, queue_depths
 from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.harness.reconcile import reconcile
-from tidegate.harness.scenarios.vessel import Sample, cleanup_prefix, peak_by_process, queue_depths
+from tidegate.harness.scenarios.vessel import Sample
 from tidegate.integrations.celery.gated import REPLAY_HEADER
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.replay import replay_dead_letters

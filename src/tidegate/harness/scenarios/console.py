@@ -80,12 +80,12 @@ class DemoConsole:
     def started(self, run: Any) -> None:
         """The fleet is up: start the monitor and the console on the run's prefix, with
         the gate defaults the workers were given (Redis holds only overrides)."""
-        from tidegate.harness.scenarios.vessel import _worker_env
+        from tidegate.harness.burst_run import worker_env
 
         self.start(
             run.url,
             run.prefix,
-            gate_env=_worker_env(run.url, run.prefix, run.customs, run.tos, run.config),
+            gate_env=worker_env(run.url, run.prefix, run.customs, run.tos, run.config),
         )
 
     def tick(self, run: Any, t: float) -> None:

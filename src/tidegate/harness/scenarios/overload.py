@@ -39,10 +39,10 @@ from rich.table import Table
 from tidegate._redis import client_from_url
 from tidegate.flow import Gate
 from tidegate.harness.burst import vessel_burst
+from tidegate.harness.burst_run import pending_keys
 from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.harness.reconcile import reconcile
 from tidegate.harness.report_view import summary_table
-from tidegate.harness.scenarios.vessel import pending_keys
 from tidegate.load.admission import Admission, CelerySender, Inbound
 from tidegate.load.depth import RedisDepthProbe
 from tidegate.load.dlq import DeadLetterQueue

@@ -36,20 +36,16 @@ from rq.worker import Worker
 from tidegate._redis import client_from_url
 from tidegate.errors import PayloadTooLarge
 from tidegate.harness.burst import vessel_burst
+from tidegate.harness.burst_run import (
+    burst_report,
+    cleanup_prefix,
+    rss_fields,
+    simulated_downstreams,
+    worker_env,
+)
 from tidegate.harness.reconcile import reconcile
 from tidegate.harness.rq_fleet import RqFleet, RqPool
-from tidegate.harness.scenarios.vessel import (
-    Sample,
-    Submission,
-    VesselConfig,
-    _count,
-    _downstream_report,
-    _sims,
-    _worker_env,
-    cleanup_prefix,
-    peak_by_process,
-    rss_fields,
-)
+from tidegate.harness.scenarios.vessel import Sample, Submission, VesselConfig
 from tidegate.integrations.rq import JsonSerializer, json_queue
 from tidegate.load import DeadLetterQueue
 from tidegate.load.payload import check_payload_size
@@ -281,8 +277,8 @@ def run_rq_vessel_demo(
     client = client_from_url(url)
     docs = list(vessel_burst(config.interchanges, seed=config.seed))
     submissions = [Submission(d.key, d.queue, d.envelope()) for d in docs]
-    with _sims(config) as (customs, tos):
-        env = _worker_env(url, prefix, customs, tos, config)
+    with simulated_downstreams(config) as (customs, tos):
+        env = worker_env(url, prefix, customs, tos, config)
         if kill is not None:
             for name in FUNCTIONS:
                 env[f"TIDEGATE_{name.upper()}_MAX_REQUEST_S"] = repr(kill.max_request_s)
@@ -323,29 +319,18 @@ def run_rq_vessel_demo(
         refused=(item.key for item in refused),
         pending=pending,
     )
-    report: dict[str, Any] = {
-        "scenario": "vessel" if kill is None else "chaos:kill-workers",
-        "engine": "rq",
-        **outcome.report_fields(),
-        "submit_s": round(submit_s, 3),
-        "duplicates": c_full["duplicates"] + t_full["duplicates"],
-        "peak_worker_rss_mb": max((s.rss_mb for s in samples), default=0.0),
-        "peak_worker_rss_mb_by_process": peak_by_process(samples),
-        "elapsed_s": samples[-1].t if samples else 0.0,
-        "samples_skipped": 0,
-        "by_class": _count(d.document_class for d in docs),
-        "downstreams": {
-            "customs": _downstream_report(
-                c_full, config.customs_rate, f"{config.customs_rate:g}/s"
-            ),
-            "tos": _downstream_report(
-                t_full,
-                config.tos_connections / config.tos_service_s,
-                f"{config.tos_connections} connections",
-            ),
-        },
-        "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
-    }
+    report = burst_report(
+        scenario="vessel" if kill is None else "chaos:kill-workers",
+        engine={"engine": "rq"},
+        outcome=outcome,
+        submit_s=submit_s,
+        customs=c_full,
+        tos=t_full,
+        samples=samples,
+        samples_skipped=0,
+        classes=(d.document_class for d in docs),
+        config=config,
+    )
     if kill is not None:
         report["chaos"] = _chaos(run, report, kill, log_dir)
         report["ok"] = all(check["ok"] for check in report["chaos"]["checks"])
