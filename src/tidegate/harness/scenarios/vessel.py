@@ -28,6 +28,11 @@ documents, a hook called every sampling period — also while Redis is away, whe
 period's sample is skipped, not the run — and a last look before the run's keys are
 deleted. The broker is Redis itself unless a :class:`~tidegate.harness.run_broker.RunBroker`
 (a RabbitMQ vhost) is passed; tidegate's state stays on Redis either way.
+
+Why one module of ~420 lines: the run and the types every variant plugs into
+(:class:`VesselConfig`, :class:`Sample`, :class:`Submission`, :class:`RunHandles`,
+:class:`Disturbance`) — the chaos, adaptive, console and RQ runs import them from here.
+What does not depend on the engine is in :mod:`tidegate.harness.burst_run`.
 """
 
 from __future__ import annotations
