@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from tidegate.harness import chaos
+from tidegate.harness.chaos import runner
 from tidegate.harness.chaos.slow_downstream import _SlowDownstream
 from tidegate.harness.scenarios.vessel import RunHandles, Submission, VesselConfig
 from tidegate.load import DeadLetter, DeadLetterQueue
@@ -162,8 +163,8 @@ def test_run_chaos_without_a_log_dir_leaves_no_folder(
         }
         return report, []
 
-    monkeypatch.setattr(chaos, "EmbeddedRedis", _NoRedis)
-    monkeypatch.setattr(chaos, "run_vessel_demo", fake_run)
+    monkeypatch.setattr(runner, "EmbeddedRedis", _NoRedis)
+    monkeypatch.setattr(runner, "run_vessel_demo", fake_run)
 
     report, _ = chaos.run_chaos(chaos.preset("slow-downstream", "test"))
 
