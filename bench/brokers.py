@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import shlex
 import subprocess
@@ -42,11 +41,11 @@ from _harness import (
     md_table,
     write_json,
 )
+from tidegate.harness.chaos import preset, public, run_chaos
+from tidegate.harness.rabbit_node import RABBITMQ_BIN, RabbitNode
+from tidegate.harness.run_broker import open_amqp_broker
+from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo
 from tidegate.logging import configure as configure_logging
-from tidegate.ops.chaos import preset, public, run_chaos
-from tidegate.ops.rabbit_node import RABBITMQ_BIN, RabbitNode
-from tidegate.ops.run_broker import open_amqp_broker
-from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo
 from tidegate.redis_server import EmbeddedRedis
 
 COLUMNS = (
@@ -161,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             watch = CpuWatch()
             url = amqp_url if broker == "amqp" else None
             record(f"vessel {args.vessel}", _vessel(args.vessel, url, management), watch)
-        kill = dataclasses.replace(preset("kill-workers"), interchanges=args.kill)
+        kill = preset("kill-workers").tuned(interchanges=args.kill)
         for broker in ("redis", "amqp") if "kill" in pairs else ():
             watch = CpuWatch()
             if broker == "amqp" and management is not None:
@@ -170,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             record(f"kill-workers {args.kill}", report, watch)
     for kind in ("redis-restart", "broker-restart") if "restart" in pairs else ():
         watch = CpuWatch()
-        config = dataclasses.replace(preset(kind), interchanges=args.restart)
+        config = preset(kind).tuned(interchanges=args.restart)
         report, _ = run_chaos(config)
         record(f"{kind} {args.restart}", report, watch)
 

@@ -3,7 +3,7 @@
     python bench/bulk.py [--bls 1000,20000,100000] [--workers 4] [--reps 1]
                          [--out bench/results/bulk.json]
 
-Runs `tidegate.ops.bulk_demo` (real Celery workers, a simulated TOS) without poison and
+Runs `tidegate.harness.scenarios.bulk` (real Celery workers, a simulated TOS) without poison and
 reports, per rep: B/L units per second from the dispatch message to the aggregate's
 summary (`aggregate_s`), to the last B/L accepted by the TOS (`fan_out_s`), and the
 peak RSS of the pool that runs dispatch and parse (main process + children).
@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tidegate.ops.bulk_demo import BulkConfig, run_bulk_demo
+from tidegate.harness.scenarios.bulk import BulkConfig, run_bulk_demo
 from tidegate.redis_server import find_redis_server, redis_url
 
 

@@ -1,6 +1,6 @@
 """The burst benchmark: one vessel burst through Celery defaults, the seed design and tidegate.
 
-The same burst (``tidegate.ops.burst.vessel_burst``: VERMAS/CUSCAR for customs,
+The same burst (``tidegate.harness.burst.vessel_burst``: VERMAS/CUSCAR for customs,
 COARRI/CODECO for the TOS), the same simulated downstreams and the same worker topology
 for all three, one after the other, each with fresh sims and its own Redis database:
 
@@ -8,8 +8,8 @@ for all three, one after the other, each with fresh sims and its own Redis datab
   per-second bucket answering 429 + ``Retry-After`` above it, and suspending (30 s of
   429 for everything) a caller that collects 5 × 429 within 10 s.
 - **TOS** — ``TosSim(max_connections=4, service_s=0.05)``: 503 beyond 4 in flight.
-- **workers** — real ``celery worker`` processes (``tidegate.ops.fleet.Fleet``): a customs
-  pool of W processes on ``edi.customs`` and a TOS pool of 2W on ``edi.tos``.
+- **workers** — real ``celery worker`` processes (``tidegate.harness.celery_fleet.Fleet``): a
+  customs pool of W processes on ``edi.customs`` and a TOS pool of 2W on ``edi.tos``.
 
 Scenarios:
 
@@ -19,7 +19,7 @@ Scenarios:
 (b) ``seed-design`` — ``bench/burst_apps/seed_design.py``: prefetch 1 + acks_late, the
     read-modify-write Redis bucket (HMGET → refill with ``time.monotonic()`` → HSET),
     ``self.retry(countdown=…)`` when throttled and on 429/503.
-(c) ``tidegate`` — ``tidegate.ops.vessel_demo.run_vessel_demo`` (what ``make demo`` runs):
+(c) ``tidegate`` — ``tidegate.harness.scenarios.vessel.run_vessel_demo`` (what ``make demo`` runs):
     ``GatedTask`` behind the fleet-wide gate, prefetch 1 + acks_late, parking instead of ETA.
 
 A run stops when every document was accepted by a sim (distinct idempotency keys) or
@@ -55,10 +55,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from _harness import machine_info, machine_markdown, md_table
 from tidegate._redis import client_from_url
+from tidegate.harness.burst import Document, vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool
+from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo
 from tidegate.logging import configure as configure_logging
-from tidegate.ops.burst import Document, vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
-from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo
 from tidegate.redis_server import redis_url
 from tidegate.sim import CustomsSim, TosSim, max_in_window
 
@@ -557,7 +557,7 @@ def run_tidegate(url: str, settings: Settings, log_dir: Path | None) -> dict[str
     tos_stats = report["downstreams"]["tos"]
     return {
         "scenario": "tidegate",
-        "app": "tidegate.ops.vessel_app (run_vessel_demo)",
+        "app": "tidegate.harness.vessel_app (run_vessel_demo)",
         "prefetch_multiplier": 1,
         "submitted": report["submitted"],
         "submit_s": report["submit_s"],

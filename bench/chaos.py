@@ -1,6 +1,6 @@
 """Fault scenarios at full size: what breaks, what the fleet does, what is lost (issue 7).
 
-Runs every scenario of :mod:`tidegate.ops.chaos` — ``kill-workers`` (the 10,000-
+Runs every scenario of :mod:`tidegate.harness.chaos` — ``kill-workers`` (the 10,000-
 interchange burst with SIGKILLs), ``redis-restart``, ``host-crash`` (the restart with
 the AOF's last second lost), ``downstream-outage`` (twice: with 150 and with 10 customs
 documents in flight), ``slow-downstream``, ``slow-commit`` (TOS requests that outlive
@@ -38,8 +38,8 @@ from _harness import (
     md_table,
     write_json,
 )
+from tidegate.harness.chaos import KINDS, benchmark_runs, public, run_chaos, summary_row
 from tidegate.logging import configure as configure_logging
-from tidegate.ops.chaos import KINDS, benchmark_runs, public, run_chaos, summary_row
 from tidegate.redis_server import find_redis_server
 
 COLUMNS = (
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     runs: list[dict[str, Any]] = []
     for config in benchmark_runs(kinds, args.size):
-        print(f"{config.name}: {config.interchanges} interchanges…", flush=True)
+        print(f"{config.name}: {config.vessel.interchanges} interchanges…", flush=True)
         watch = CpuWatch()
         report, _ = run_chaos(config, on_sample=_progress(config.name))
         report["interference"] = watch.stop()

@@ -26,10 +26,10 @@ from typing import Any
 from celery import Celery
 
 from tidegate._redis import client_from_url
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.integrations.celery.sweep import track_publishes
 from tidegate.load.outstanding import Outstanding
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
 from tidegate.redis_server import redis_url
 from tidegate.sim import CustomsSim, TosSim
 

@@ -221,7 +221,7 @@ def _overload(
     url: str, client: redis.Redis, bodies: list[bytes], senders: int, drain_rate: float
 ) -> dict[str, Any]:
     """Closed-loop senders honouring Retry-After against a fleet draining at drain_rate."""
-    from tidegate.ops.front_door import intake_keys
+    from tidegate.harness.front_door import intake_keys
 
     drained: list[str] = []
     stop = threading.Event()
@@ -306,7 +306,7 @@ def main() -> None:
         serve_floor(args.serve_floor, args.broker)
         return
 
-    from tidegate.ops.burst import vessel_burst
+    from tidegate.harness.burst import vessel_burst
     from tidegate.redis_server import EmbeddedRedis
 
     rates = [float(r) for r in args.rates.split(",")]

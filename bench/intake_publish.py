@@ -89,11 +89,11 @@ def main() -> None:
     from celery import Celery
 
     from tidegate.cli.intake import DEFAULT_TASKS
+    from tidegate.harness.burst import vessel_burst
     from tidegate.intake import AdmissionPublisher, IntakePipeline, RedisDuplicates
     from tidegate.load.admission import Admission
     from tidegate.load.watermarks import Watermarks, WatermarkStore
     from tidegate.logging import configure as configure_logging
-    from tidegate.ops.burst import vessel_burst
     from tidegate.redis_server import EmbeddedRedis
 
     configure_logging(level="WARNING")  # one event per request would swamp the figures

@@ -28,8 +28,8 @@ from dataclasses import replace
 from typing import Any
 
 from _harness import CpuWatch, describe_interference, machine_info, md_table, write_json
-from tidegate.ops.fleet import PoolMemory
-from tidegate.ops.vessel_demo import RunHandles, Submission, VesselConfig, run_vessel_demo
+from tidegate.harness.celery_fleet import PoolMemory
+from tidegate.harness.scenarios.vessel import RunHandles, Submission, VesselConfig, run_vessel_demo
 from tidegate.redis_server import redis_url
 
 # The pools are fixed at the sizes of the first runs (customs 2, TOS 4): left to the
@@ -48,7 +48,7 @@ BASE = VesselConfig(
 
 
 class MemoryWatch:
-    """A :class:`~tidegate.ops.vessel_demo.Disturbance` that only looks: per-process RSS."""
+    """A :class:`~tidegate.harness.scenarios.vessel.Disturbance` that only looks (RSS)."""
 
     def __init__(self) -> None:
         self.main_peak: dict[str, float] = {}

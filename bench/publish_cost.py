@@ -38,7 +38,7 @@ from tidegate._redis import client_from_url
 from tidegate.integrations.celery.broker import install_write_tolerant_broker
 from tidegate.integrations.celery.sweep import track_publishes
 from tidegate.load.outstanding import Outstanding
-from tidegate.ops.burst import vessel_burst
+from tidegate.harness.burst import vessel_burst
 from tidegate.redis_server import redis_url
 
 TASK = "edi.tos.push"

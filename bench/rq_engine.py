@@ -1,6 +1,6 @@
 """RQ engine throughput: a work horse forked per job against jobs run in-process.
 
-The same vessel burst (``tidegate.ops.rq_vessel_demo.run_rq_vessel_demo``) through the
+The same vessel burst (``tidegate.harness.scenarios.rq_vessel.run_rq_vessel_demo``) through the
 same fleet (2 customs + 4 TOS ``rq worker`` processes), once with tidegate's forking
 ``JsonWorker`` and once with ``InProcessJsonWorker``, in pairs, alternating, in one
 session, so the machine's load is shared alike. The downstreams are made wide (customs
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tidegate.ops.rq_vessel_demo import run_rq_vessel_demo
-from tidegate.ops.vessel_demo import VesselConfig
+from tidegate.harness.scenarios.rq_vessel import run_rq_vessel_demo
+from tidegate.harness.scenarios.vessel import VesselConfig
 from tidegate.redis_server import redis_url
 
 MODES = ("fork", "in-process")

@@ -37,11 +37,11 @@ from celery import Celery
 
 from _harness import machine_info, md_table, write_json
 from tidegate._redis import client_from_url
+from tidegate.harness.burst import vessel_burst
 from tidegate.integrations.celery.depth import RedisDepthProbe
 from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
 from tidegate.load import DeliveryLedger, ParkingLot
 from tidegate.load.outstanding import SEQ_HEADER, Outstanding, OutstandingUnit
-from tidegate.ops.burst import vessel_burst
 from tidegate.redis_server import redis_url
 
 TASK = "edi.tos.push"

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo
 from tidegate.load.sizing import connection_workers, overhead_from_busy_share
-from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo
 from tidegate.redis_server import redis_url
 
 

@@ -19,7 +19,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from tidegate.cli import cli
-from tidegate.ops import bulk_demo, chaos, gate_demo, overload_demo, vessel_demo
+from tidegate.harness import chaos
+from tidegate.harness.scenarios import bulk as bulk_demo
+from tidegate.harness.scenarios import gate as gate_demo
+from tidegate.harness.scenarios import overload as overload_demo
+from tidegate.harness.scenarios import vessel as vessel_demo
 
 T0 = 1_000.0
 
@@ -82,7 +86,7 @@ def samples() -> list[Any]:
 def live_sample() -> Any:
     """What the live view shows while a run drains (the real sample type, so the view
     cannot read a field a run does not record)."""
-    from tidegate.ops.vessel_demo import Sample
+    from tidegate.harness.scenarios.vessel import Sample
 
     return Sample(
         t=3.0,
@@ -288,8 +292,8 @@ def test_chaos_honours_rate_burst_workers_seed_and_size(runners: Recorder) -> No
 
     assert result.exit_code == 0, result.output
     config = runners.calls[0]["config"]
-    assert (config.customs_rate, config.customs_burst) == (7.0, 2)
-    assert (config.workers, config.seed, config.interchanges) == (3, 11, 50)
+    assert (config.vessel.customs_rate, config.vessel.customs_burst) == (7.0, 2)
+    assert (config.vessel.workers, config.vessel.seed, config.vessel.interchanges) == (3, 11, 50)
 
 
 def test_chaos_keeps_the_presets_values_for_flags_not_given(runners: Recorder) -> None:

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from tidegate.ops.plot import build_figure, plot_run
+from tidegate.harness.plot import build_figure, plot_run
 
 T0 = 1_000.0
 

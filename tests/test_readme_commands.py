@@ -26,8 +26,8 @@ from tidegate.cli import cli
 from tidegate.cli.demo import check_flags
 from tidegate.cli.demo import demo as demo_command
 from tidegate.flow import Gate
+from tidegate.harness.scenarios.vessel import TASK_FOR_QUEUE
 from tidegate.load import DeadLetter, DeadLetterQueue
-from tidegate.ops.vessel_demo import TASK_FOR_QUEUE
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -1,11 +1,11 @@
-"""One outcome per submitted key, from the parties' own records (tidegate.ops.reconcile)."""
+"""One outcome per submitted key, from the parties' own records (tidegate.harness.reconcile)."""
 
 from __future__ import annotations
 
 import base64
 import json
 
-from tidegate.ops.reconcile import OUTCOMES, keys_in_messages, reconcile
+from tidegate.harness.reconcile import OUTCOMES, keys_in_messages, reconcile
 
 
 def test_each_key_gets_one_outcome_in_order_of_precedence() -> None:

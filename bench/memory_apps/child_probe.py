@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 from celery import signals
 
-from tidegate.ops.vessel_app import app
+from tidegate.harness.vessel_app import app
 
 __all__ = ["app"]
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tidegate.cli import cli
-from tidegate.ops.adaptive_demo import (
+from tidegate.harness.scenarios.adaptive import (
     AdaptiveDemoConfig,
     capacity_at,
     converge_s,

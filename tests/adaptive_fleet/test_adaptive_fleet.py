@@ -1,7 +1,7 @@
 """The adaptive gate in a real Celery fleet: learn a hidden capacity, survive the
 controller's SIGKILL, lose nothing.
 
-Real worker processes (prefork children of ``tidegate.ops.vessel_app``), real Redis
+Real worker processes (prefork children of ``tidegate.harness.vessel_app``), real Redis
 (broker and tidegate state), the customs sim over HTTP. The gate is never told the
 sim's rate; each pool child that delivers to customs reports its calls and runs the
 controller loop, and one of them holds the lease.
@@ -22,11 +22,11 @@ from celery import Celery
 from tidegate._redis import client_from_url
 from tidegate.flow import Gate
 from tidegate.flow.adaptive import RedisAdaptiveStore
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.integrations.celery import configure
 from tidegate.keys import Keyspace
 from tidegate.load import DeadLetterQueue, ParkingLot
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
 from tidegate.sim import CustomsSim
 
 pytestmark = pytest.mark.redis
@@ -70,7 +70,7 @@ def adaptive_fleet(redis_url: str, tmp_path: Any) -> Iterator[dict[str, Any]]:
             "TIDEGATE_SWEEP_INTERVAL_S": "2",
         }
         fleet = Fleet(
-            "tidegate.ops.vessel_app",
+            "tidegate.harness.vessel_app",
             [Pool("customs", ["edi.customs"], concurrency=3)],
             env=env,
             log_dir=tmp_path,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tidegate.errors import ConfigurationError
-from tidegate.ops.chaos import preset, run_chaos
-from tidegate.ops.rabbit_node import rabbitmq_installed
+from tidegate.harness.chaos import preset, run_chaos
+from tidegate.harness.rabbit_node import rabbitmq_installed
 from tidegate.redis_server import find_redis_server
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]

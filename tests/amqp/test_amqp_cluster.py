@@ -1,6 +1,6 @@
 """Three RabbitMQ nodes on loopback, one quorum-queue cluster, a node lost mid-burst.
 
-The nodes are private (:class:`~tidegate.ops.rabbit_cluster.RabbitCluster`: their own
+The nodes are private (:class:`~tidegate.harness.rabbit_cluster.RabbitCluster`: their own
 names, ports and data, one Erlang cookie), never the machine's shared broker. The node
 leading the customs queue is SIGKILLed while the burst drains and stays down: the
 queue elects a new leader on the two survivors (a majority), the clients fail over,
@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from tidegate.ops.rabbit_cluster import RabbitCluster, run_node_loss
-from tidegate.ops.rabbit_node import rabbitmq_installed
-from tidegate.ops.vessel_demo import VesselConfig
+from tidegate.harness.rabbit_cluster import RabbitCluster, run_node_loss
+from tidegate.harness.rabbit_node import rabbitmq_installed
+from tidegate.harness.scenarios.vessel import VesselConfig
 
 CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from tidegate.cli import cli
 from tidegate.errors import BrokerUnreachable
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.run_broker import open_amqp_broker, run_broker_for
-from tidegate.ops.vessel_demo import TASK_FOR_QUEUE, VesselConfig, run_vessel_demo
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.run_broker import open_amqp_broker, run_broker_for
+from tidegate.harness.scenarios.vessel import TASK_FOR_QUEUE, VesselConfig, run_vessel_demo
 
 
 def test_an_unreachable_broker_is_one_line_naming_the_url_without_its_password() -> None:

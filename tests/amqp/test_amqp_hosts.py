@@ -1,6 +1,6 @@
 """A fleet that outgrows one host: three "hosts" of workers, one broker, one Redis.
 
-Each host is a separate :class:`~tidegate.ops.fleet.Fleet` whose workers run in
+Each host is a separate :class:`~tidegate.harness.celery_fleet.Fleet` whose workers run in
 process groups of their own (as on separate machines, where nothing is shared but the
 network) with an environment of their own (``HOME``, ``TMPDIR``, a host label); all
 consume the same RabbitMQ queue (one vhost of the session's broker) and share one
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
-from tidegate.ops.run_broker import open_amqp_broker
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool
+from tidegate.harness.run_broker import open_amqp_broker
 from tidegate.sim import CustomsSim
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
@@ -78,7 +78,7 @@ def test_three_hosts_share_one_gate(
                     "TIDEGATE_MAX_WAIT_S": "5",
                 }
                 fleet = Fleet(
-                    "tidegate.ops.vessel_app",
+                    "tidegate.harness.vessel_app",
                     [Pool(f"customs-{host}", ["edi.customs"], concurrency=2)],
                     env=env,
                     log_dir=home,

@@ -27,13 +27,15 @@ from celery import Celery
 from tidegate._redis import client_from_url
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.integrations.celery import configure
 from tidegate.integrations.celery.amqp_topology import AmqpTopology
 from tidegate.integrations.celery.depth import probe_from_url
 from tidegate.load import DeadLetterQueue, ParkingLot
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.load.depth import DepthProbe
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
 from tidegate.sim import CustomsSim, TosSim
 
 TASKS = {"edi.customs": "edi.customs.submit", "edi.tos": "edi.tos.push"}
@@ -187,7 +189,7 @@ def harness(
     if broker == "amqp":
         _delete_amqp_queues(broker_url)  # a crashed run's queues, possibly declared otherwise
     # The gate runs at the gateway's rate with a burst two below its bucket: the slack
-    # absorbs transit jitter (see tidegate.ops.vessel_demo).
+    # absorbs transit jitter (see tidegate.harness.scenarios.vessel).
     with CustomsSim(rate=2.0, burst=3) as customs, TosSim(max_connections=2, service_s=0.02) as tos:
         env = {
             "TIDEGATE_REDIS_URL": redis_url,
@@ -211,7 +213,7 @@ def harness(
             Pool("bulk", ["bulk.dispatch", "bl.parse"], concurrency=2),
         ]
         log_dir = tmp_path_factory.mktemp("worker-logs")
-        fleet = BrokerFleet("tidegate.ops.vessel_app", pools, env=env, log_dir=log_dir)
+        fleet = BrokerFleet("tidegate.harness.vessel_app", pools, env=env, log_dir=log_dir)
         # Configured like the workers: on RabbitMQ a send_task must declare the queues
         # with the same quorum arguments, or the broker refuses the declaration.
         producer = configure(Celery(broker=broker_url, backend=redis_url, set_as_current=False))

@@ -20,7 +20,7 @@ from celery import Celery
 
 from tidegate._redis import client_from_url
 from tidegate.bulk import BatchStore
-from tidegate.ops.fleet import Fleet, Pool
+from tidegate.harness.celery_fleet import Fleet, Pool
 
 pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.redis]
 
@@ -66,7 +66,7 @@ def test_aggregate_child_does_not_hold_its_publishes(redis_url: str, tmp_path: P
     env = {"TIDEGATE_REDIS_URL": redis_url, "TIDEGATE_PREFIX": prefix}
     # Only the bulk queue is consumed: the forwards wait in the broker.
     fleet = Fleet(
-        "tidegate.ops.vessel_app",
+        "tidegate.harness.vessel_app",
         [Pool("bulk", ["bulk.dispatch"], concurrency=1)],
         env=env,
         log_dir=tmp_path,

@@ -87,7 +87,7 @@ def test_a_delivery_the_downstream_has_no_record_of_is_lost(redis_url: str) -> N
     """The report counts each key from the downstream's own record: drop one accepted
     record and the report says lost 1, and which key — it is never made up by
     subtraction."""
-    from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo
+    from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo
 
     forget = _ForgetOneAccept()
     report, _ = run_vessel_demo(

@@ -190,7 +190,7 @@ def test_misconfigured_visibility_timeout_refuses_to_start(redis_url: str) -> No
             "-m",
             "celery",
             "-A",
-            "tidegate.ops.vessel_app",
+            "tidegate.harness.vessel_app",
             "worker",
             "-Q",
             "edi.customs",
@@ -240,7 +240,7 @@ def _worker_logs(fleet: Any) -> str:
 
 def test_worker_logs_carry_no_payload_or_personal_data(fleet: Any) -> None:
     """The log audit: after real traffic, no line holds EDIFACT, a body or a party name."""
-    from tidegate.ops.burst import _SHIPPERS
+    from tidegate.harness.burst import _SHIPPERS
 
     keys = fleet.submit("edi.customs", 6) + fleet.submit("edi.tos", 6)
     fleet.wait_for(lambda: fleet.settled(len(keys)), timeout_s=120)
@@ -259,8 +259,8 @@ def test_a_message_the_broker_lost_is_swept_back_and_delivered_once(fleet: Any) 
     the dead worker's beat has stopped. The live workers notice the silence, sweep, and
     republish the unit; it is delivered once. Redis only: RabbitMQ hands a message to a
     consumer and tracks it as unacknowledged in one step, so it has no such gap."""
+    from tidegate.harness.burst import vessel_burst
     from tidegate.load.outstanding import Outstanding, OutstandingUnit
-    from tidegate.ops.burst import vessel_burst
 
     outstanding = Outstanding(fleet.client, prefix=fleet.prefix)
     doc = next(d for d in vessel_burst(40, seed=99) if d.queue == "edi.tos")

@@ -17,9 +17,9 @@ import redis
 from celery import Celery
 
 from tidegate._redis import client_from_url
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.load import DeadLetterQueue
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
 from tidegate.redis_server import EmbeddedRedis
 from tidegate.sim import TosSim
 
@@ -67,7 +67,7 @@ def small_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Flee
             Pool("tos-a", ["edi.tos"], concurrency=2),
             Pool("tos-b", ["edi.tos"], concurrency=2),
         ]
-        fleet = Fleet("tidegate.ops.vessel_app", pools, env=env, log_dir=log_dir)
+        fleet = Fleet("tidegate.harness.vessel_app", pools, env=env, log_dir=log_dir)
         fleet.start()
         try:
             yield fleet, server.url, tos
@@ -145,7 +145,7 @@ def test_a_read_only_broker_after_a_failover_makes_workers_wait_and_resume(
             "TIDEGATE_LOG_LEVEL": "INFO",
         }
         fleet = Fleet(
-            "tidegate.ops.vessel_app",
+            "tidegate.harness.vessel_app",
             [Pool("tos", ["edi.tos"], concurrency=2)],
             env=env,
             log_dir=tmp_path,

@@ -17,10 +17,10 @@ import pytest
 from celery import Celery
 
 from tidegate._redis import client_from_url
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.integrations.celery.sweep import track_publishes
 from tidegate.load.outstanding import Outstanding
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
 from tidegate.sim import CustomsSim, TosSim
 
 pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.redis]
@@ -64,7 +64,7 @@ def test_main_process_memory_stays_flat_through_a_backlog(redis_url: str, tmp_pa
             "TIDEGATE_SWEEP_INTERVAL_S": "1",
         }
         fleet = Fleet(
-            "tidegate.ops.vessel_app",
+            "tidegate.harness.vessel_app",
             [Pool("tos", ["edi.tos"], concurrency=2)],
             env=env,
             log_dir=tmp_path,

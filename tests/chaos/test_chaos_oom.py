@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from tidegate.ops.chaos import KINDS, preset, run_chaos
+from tidegate.harness.chaos import KINDS, preset, run_chaos
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
 

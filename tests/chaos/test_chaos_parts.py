@@ -18,8 +18,8 @@ import pytest
 
 from tidegate.delivery import RetryPolicy
 from tidegate.errors import ConfigurationError
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.chaos import (
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.chaos import (
     KINDS,
     POISON_KINDS,
     ChaosConfig,
@@ -31,7 +31,7 @@ from tidegate.ops.chaos import (
     public,
     retry_horizon,
 )
-from tidegate.ops.vessel_demo import PayloadTooLarge, Submission, check_payload_size
+from tidegate.harness.scenarios.vessel import PayloadTooLarge, Submission, check_payload_size
 from tidegate.sim import CustomsSim, TosSim
 
 
@@ -204,17 +204,18 @@ def test_presets_exist_for_every_kind_and_size() -> None:
     for kind in KINDS:
         full, trimmed = preset(kind, "full"), preset(kind, "test")
         assert full.kind == trimmed.kind == kind
-        assert trimmed.interchanges < full.interchanges
-        assert full.vessel().app == "tidegate.ops.chaos:worker_app"
-    assert preset("kill-workers").interchanges == 10_000
+        assert trimmed.vessel.interchanges < full.vessel.interchanges
+        assert full.vessel_run.app == "tidegate.harness.chaos.worker_app:worker_app"
+    assert preset("kill-workers").vessel.interchanges == 10_000
     with pytest.raises(ConfigurationError, match="unknown chaos kind"):
         ChaosConfig("meteor-strike")  # type: ignore[arg-type]
 
 
 def test_worker_app_is_the_vessel_app_with_chaos_timing() -> None:
-    """What ``celery -A tidegate.ops.chaos:worker_app`` loads, in a fresh process."""
+    """What ``celery -A tidegate.harness.chaos.worker_app:worker_app`` loads, in a fresh process."""
     code = (
-        "import json; from tidegate.ops.chaos import worker_app as app; c = app.conf; "
+        "import json; from tidegate.harness.chaos.worker_app import worker_app as app; "
+        "c = app.conf; "
         "print(json.dumps([app.main, c.task_time_limit, c.task_soft_time_limit, "
         "c.broker_transport_options, sorted(t for t in app.tasks if t.startswith('edi.'))]))"
     )
@@ -236,7 +237,7 @@ def test_worker_app_is_the_vessel_app_with_chaos_timing() -> None:
 
 
 def test_worker_app_refuses_a_too_short_visibility_timeout() -> None:
-    code = "from tidegate.ops.chaos import worker_app"
+    code = "from tidegate.harness.chaos.worker_app import worker_app"
     env = {**os.environ, **WorkerTiming(8, 10, 20).env(), "TIDEGATE_CHAOS_HARD_TIME_LIMIT_S": "30"}
     env.pop("TIDEGATE_VISIBILITY_TIMEOUT_S", None)
     result = subprocess.run(

@@ -1,6 +1,6 @@
 """The fault scenarios of issue 7, trimmed, with real processes.
 
-Each test runs one :func:`tidegate.ops.chaos.run_chaos` scenario — its own embedded
+Each test runs one :func:`tidegate.harness.chaos.run_chaos` scenario — its own embedded
 Redis, real Celery worker processes, simulated customs and TOS — and asserts on what
 the run measured: the shared invariant (every document delivered, dead-lettered,
 quarantined, refused at intake or reported pending; each idempotency key accepted
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tidegate.ops.chaos import POISON_KINDS, preset, run_chaos
+from tidegate.harness.chaos import POISON_KINDS, preset, run_chaos
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
 

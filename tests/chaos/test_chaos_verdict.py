@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 import redis
 
+from tidegate.harness import chaos
+from tidegate.harness.chaos import runner
+from tidegate.harness.chaos.slow_downstream import _SlowDownstream
+from tidegate.harness.scenarios.vessel import RunHandles, Submission, VesselConfig
 from tidegate.load import DeadLetter, DeadLetterQueue
-from tidegate.ops import chaos
-from tidegate.ops.vessel_demo import RunHandles, Submission, VesselConfig
 
 T0 = 1_000.0
 
@@ -72,7 +74,7 @@ def _collect(client: redis.Redis, prefix: str, dead: list[str]) -> dict[str, Any
         config=VesselConfig(),
         submissions=submissions,
     )
-    scenario = chaos._SlowDownstream(chaos.preset("slow-downstream", "test"), None)
+    scenario = _SlowDownstream(chaos.preset("slow-downstream", "test"), None)
     data = scenario.collect(run)
     report = {
         "submitted": len(submissions),
@@ -161,8 +163,8 @@ def test_run_chaos_without_a_log_dir_leaves_no_folder(
         }
         return report, []
 
-    monkeypatch.setattr(chaos, "EmbeddedRedis", _NoRedis)
-    monkeypatch.setattr(chaos, "run_vessel_demo", fake_run)
+    monkeypatch.setattr(runner, "EmbeddedRedis", _NoRedis)
+    monkeypatch.setattr(runner, "run_vessel_demo", fake_run)
 
     report, _ = chaos.run_chaos(chaos.preset("slow-downstream", "test"))
 

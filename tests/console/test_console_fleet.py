@@ -26,9 +26,9 @@ from tidegate.console.access import Role
 from tidegate.console.publish import celery_publisher
 from tidegate.console.quarantine_replay import celery_quarantine_replayer
 from tidegate.flow import Gate
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
 from tidegate.sim import CustomsSim
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
@@ -89,7 +89,7 @@ def port(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         }
         log_dir: Path = tmp_path_factory.mktemp("console-fleet-logs")
         fleet = Fleet(
-            "tidegate.ops.vessel_app",
+            "tidegate.harness.vessel_app",
             [Pool("customs", ["edi.customs"], concurrency=WORKERS)],
             env=env,
             log_dir=log_dir,

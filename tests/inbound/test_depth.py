@@ -15,6 +15,7 @@ from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from tidegate.errors import ConfigurationError
+from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.integrations.celery.depth import (
     AmqpDepthProbe,
     RedisDepthProbe,
@@ -22,7 +23,6 @@ from tidegate.integrations.celery.depth import (
     probe_for_app,
     probe_from_url,
 )
-from tidegate.ops.fleet import Fleet, Pool
 
 HERE = Path(__file__).parent
 

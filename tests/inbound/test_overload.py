@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from tidegate.ops.overload_demo import (
+from tidegate.harness.scenarios.overload import (
     OverloadConfig,
     live_table,
     report_table,

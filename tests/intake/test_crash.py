@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis
 
-from tidegate.ops.fleet import Fleet, Pool
+from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.sim import CustomsSim
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -78,7 +78,7 @@ def test_killed_after_recording_before_the_ack_the_retry_is_a_duplicate_and_each
             "TIDEGATE_CUSTOMS_BURST": "5",
         }
         fleet = Fleet(
-            "tidegate.ops.vessel_app",
+            "tidegate.harness.vessel_app",
             [Pool("customs", ["edi.customs"], concurrency=2)],
             env=env,
             log_dir=tmp_path,

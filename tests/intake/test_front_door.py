@@ -9,9 +9,9 @@ import pytest
 import redis
 from celery import Celery
 
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.front_door import demo_pipeline, intake_keys, post_burst, serve_in_thread
-from tidegate.ops.vessel_demo import TASK_FOR_QUEUE
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.front_door import demo_pipeline, intake_keys, post_burst, serve_in_thread
+from tidegate.harness.scenarios.vessel import TASK_FOR_QUEUE
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -39,13 +39,13 @@ from tidegate.delivery import LifecyclePolicy, Stores, deliver
 from tidegate.downstream import DownstreamClient
 from tidegate.flow import Gate
 from tidegate.flow.backends.memory import MemoryBackend
+from tidegate.harness.run_broker import AmqpRunBroker, open_amqp_broker
 from tidegate.integrations.celery import CeleryPreset, configure
 from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEADER
 from tidegate.integrations.rq import JsonSerializer, dead_letter_handler, json_queue
 from tidegate.integrations.rq.engine import ATTEMPT_META, FIRST_FAILED_META
 from tidegate.load import DeadLetterQueue, DeliveryLedger, ParkingLot
 from tidegate.load.replay import replay_dead_letters
-from tidegate.ops.run_broker import AmqpRunBroker, open_amqp_broker
 from tidegate.sim import CustomsSim
 
 HERE = Path(__file__).parent

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from tidegate.cli import cli
-from tidegate.ops.rq_vessel_demo import RqKillWorkers, run_rq_vessel_demo
-from tidegate.ops.vessel_demo import VesselConfig
+from tidegate.harness.scenarios.rq_vessel import RqKillWorkers, run_rq_vessel_demo
+from tidegate.harness.scenarios.vessel import VesselConfig
 from tidegate.redis_server import redis_url as embedded_redis
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]

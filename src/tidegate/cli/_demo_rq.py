@@ -28,8 +28,8 @@ def rq_vessel_scenario(
 ) -> None:
     """Run the burst (``chaos_kind``: only ``kill-workers``); a failed chaos check exits 1."""
     from tidegate.cli.demo import _finish, _live_table, _log_dir
-    from tidegate.ops.rq_vessel_demo import RqKillWorkers, run_rq_vessel_demo
-    from tidegate.ops.vessel_demo import VesselConfig
+    from tidegate.harness.scenarios.rq_vessel import RqKillWorkers, run_rq_vessel_demo
+    from tidegate.harness.scenarios.vessel import VesselConfig
 
     config = VesselConfig(**tuning)
     kill = RqKillWorkers(seed=config.seed) if chaos_kind == "kill-workers" else None

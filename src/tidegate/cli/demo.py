@@ -9,7 +9,6 @@ go to a temporary directory removed at the end unless ``--keep-logs`` asks for t
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -32,7 +31,7 @@ from tidegate.redis_server import redis_url
 
 __all__ = ["ACCEPTS", "CHAOS_KINDS", "check_flags", "demo"]
 
-#: ``--chaos`` choices: the scenarios of :mod:`tidegate.ops.chaos` (kept literal so the
+#: ``--chaos`` choices: the scenarios of :mod:`tidegate.harness.chaos` (kept literal so the
 #: CLI starts without importing Celery).
 CHAOS_KINDS = (
     "kill-workers",
@@ -180,14 +179,14 @@ def _finish(
     samples: Any = None,
 ) -> None:
     """The end of every run: aligned tables, then the files written, each by its path."""
-    from tidegate.ops.report_view import end_tables, public
+    from tidegate.harness.report_view import end_tables, public
 
     # Off a terminal, a live view's last frame ends without a line break.
     console.line()
     for table in end_tables(report):
         print_table(console, table)
     if plot_path is not None:
-        from tidegate.ops.plot import plot_run
+        from tidegate.harness.plot import plot_run
 
         console.print(f"plot: {plot_run(dict(report), samples, plot_path)}")
     if json_path is not None:
@@ -354,26 +353,17 @@ def demo(
         if engine == "rq":
             from tidegate.cli._demo_rq import rq_vessel_scenario
 
-            tuning = {name: ctx.params[name] for name in _RQ_TUNING if _given(ctx, name)}
+            tuning = _burst_flags(ctx)
             rq_vessel_scenario(console, tuning, chaos_kind, json_path, plot_path, keep_logs)
         elif chaos_kind is not None:
-            tuning = {
-                name: ctx.params[name]
-                for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
-                if _given(ctx, name)
-            }
+            tuning = _burst_flags(ctx)
             _chaos_scenario(console, chaos_kind, tuning, json_path, plot_path, keep_logs, broker)
         elif run == "gate":
             _gate_scenario(console, json_path)
         elif run == "adaptive":
             from tidegate.cli.demo_adaptive import adaptive_scenario
 
-            tuning = {
-                name: ctx.params[name]
-                for name in ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
-                if _given(ctx, name)
-            }
-            adaptive_scenario(console, tuning, json_path, plot_path, keep_logs)
+            adaptive_scenario(console, _burst_flags(ctx), json_path, plot_path, keep_logs)
         elif run == "bulk":
             _bulk_scenario(console, bls, workers, seed, json_path, keep_logs)
         elif run == "overload":
@@ -411,8 +401,16 @@ def demo(
         raise TidegateCLIError(_UNWRITABLE_HINTS.get(cause, _UNWRITABLE_HINTS["oom"])) from None
 
 
-#: The flags ``--engine rq`` passes on to its vessel burst.
-_RQ_TUNING = ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
+#: The flags that tune the vessel burst, under whichever run carries it (``--engine rq``,
+#: ``--chaos``, ``--scenario adaptive``): each run's configuration owns these names.
+_BURST_FLAGS = ("interchanges", "customs_rate", "customs_burst", "workers", "seed")
+
+
+def _burst_flags(ctx: click.Context) -> dict[str, Any]:
+    """The burst flags given on the command line; the others keep the run's own values
+    (a chaos preset's 20/s is not overwritten by the vessel demo's default 10/s)."""
+    return {name: ctx.params[name] for name in _BURST_FLAGS if _given(ctx, name)}
+
 
 #: The one line ``tidegate demo`` ends with when its Redis refuses writes, by cause.
 _UNWRITABLE_HINTS = {
@@ -472,8 +470,8 @@ def _vessel_scenario(
     *,
     console_on: bool = False,
 ) -> None:
-    from tidegate.ops.run_broker import run_broker_for
-    from tidegate.ops.vessel_demo import VesselConfig, run_vessel_demo, tos_pool
+    from tidegate.harness.run_broker import run_broker_for
+    from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo, tos_pool
 
     config = VesselConfig(
         interchanges=interchanges,
@@ -508,10 +506,10 @@ def _vessel_scenario(
 
 
 def _demo_console(console: Console, stack: contextlib.ExitStack, log_dir: Path) -> Any:
-    """The console on the run (:mod:`tidegate.ops.console_demo`): its URL and password
+    """The console on the run (:mod:`tidegate.harness.scenarios.console`): its URL and password
     are printed here, once; its audit events go to ``console.log`` in the log folder."""
+    from tidegate.harness.scenarios.console import DEMO_USER, DemoConsole
     from tidegate.logging import configure as configure_logging
-    from tidegate.ops.console_demo import DEMO_USER, DemoConsole
 
     events = stack.enter_context((log_dir / "console.log").open("a", encoding="utf-8"))
     configure_logging(level="INFO", stream=events)
@@ -546,7 +544,7 @@ def _bulk_scenario(
     json_path: Path | None,
     keep_logs: bool,
 ) -> None:
-    from tidegate.ops.bulk_demo import BulkConfig, run_bulk_demo
+    from tidegate.harness.scenarios.bulk import BulkConfig, run_bulk_demo
 
     config = BulkConfig(bls=bls, workers=workers, seed=seed)
     console.print(
@@ -575,8 +573,8 @@ def _overload_scenario(
     json_path: Path | None,
     keep_logs: bool,
 ) -> None:
+    from tidegate.harness.scenarios.overload import OverloadConfig, live_table, run_overload_demo
     from tidegate.logging import configure as configure_logging
-    from tidegate.ops.overload_demo import OverloadConfig, live_table, run_overload_demo
 
     config = OverloadConfig(
         vermas=vermas,
@@ -607,7 +605,7 @@ def _overload_scenario(
 
 
 def _gate_scenario(console: Console, json_path: Path | None) -> None:
-    from tidegate.ops.gate_demo import run_gate_demo
+    from tidegate.harness.scenarios.gate import run_gate_demo
 
     with redis_url() as url:
         console.print("[bold]4 processes[/] push 120 documents through one gate of 20/s…")
@@ -626,17 +624,18 @@ def _chaos_scenario(
 ) -> None:
     """The burst under a fault; the flags given replace the preset's values. A failed
     check exits 1 after the tables and files, so a script or CI sees it."""
-    from tidegate.ops.chaos import preset, run_chaos
+    from tidegate.harness.chaos import preset, run_chaos
 
-    config = dataclasses.replace(preset(kind), **tuning)
+    config = preset(kind).tuned(**tuning)
+    burst = config.vessel
     limits = {
-        "customs": f"{config.customs_rate:g}/s",
-        "tos": f"{config.tos_connections} connections",
+        "customs": f"{burst.customs_rate:g}/s",
+        "tos": f"{burst.tos_connections} connections",
     }
     console.print(
-        f"[bold]Chaos — {kind}:[/] {config.interchanges} interchanges, fault at "
-        f"t = {config.fault_at_s:g} s; customs gateway {config.customs_rate:g}/s "
-        f"(burst {config.customs_burst}), {config.workers} customs workers, seed {config.seed}."
+        f"[bold]Chaos — {kind}:[/] {burst.interchanges} interchanges, fault at "
+        f"t = {config.fault_at_s:g} s; customs gateway {burst.customs_rate:g}/s "
+        f"(burst {burst.customs_burst}), {burst.workers} customs workers, seed {burst.seed}."
     )
     with (
         _log_dir(console, keep_logs, f"chaos-{kind}") as log_dir,

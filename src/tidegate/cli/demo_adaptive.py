@@ -29,7 +29,7 @@ def adaptive_scenario(
 ) -> None:
     """Run the scenario with the flags given (``tuning``) over its defaults; the plot
     is the adaptive one (admitted rate against the true capacity)."""
-    from tidegate.ops.adaptive_demo import AdaptiveDemoConfig, run_adaptive_demo
+    from tidegate.harness.scenarios.adaptive import AdaptiveDemoConfig, run_adaptive_demo
 
     config = dataclasses.replace(AdaptiveDemoConfig(), **tuning)
     low = config.customs_rate * config.dip_factor
@@ -57,6 +57,6 @@ def adaptive_scenario(
         )
     _finish(console, report, json_path)
     if plot_path is not None:
-        from tidegate.ops.adaptive_plot import plot_adaptive
+        from tidegate.harness.adaptive_plot import plot_adaptive
 
         console.print(f"plot: {plot_adaptive(report, plot_path)}")

@@ -2,9 +2,9 @@
 
 Run by real workers, one pool per downstream::
 
-    celery -A tidegate.ops.vessel_app worker -Q edi.customs -c 2 -n customs@%h
-    celery -A tidegate.ops.vessel_app worker -Q edi.tos -c 4 -n tos@%h
-    celery -A tidegate.ops.vessel_app worker -Q bulk.dispatch,bl.parse -c 2 -n bulk@%h
+    celery -A tidegate.harness.vessel_app worker -Q edi.customs -c 2 -n customs@%h
+    celery -A tidegate.harness.vessel_app worker -Q edi.tos -c 4 -n tos@%h
+    celery -A tidegate.harness.vessel_app worker -Q bulk.dispatch,bl.parse -c 2 -n bulk@%h
 
 Configuration comes from the environment, so the demo, the tests and a user's shell
 all start workers the same way:

@@ -1,6 +1,6 @@
 """What the RQ ``kill-workers`` chaos kills, and the checks its report ends with.
 
-Kept out of :mod:`tidegate.ops.rq_vessel_demo` (the run itself). A *whole* worker is
+Kept out of :mod:`tidegate.harness.scenarios.rq_vessel` (the run itself). A *whole* worker is
 what a lost host or a container's OOM kill takes: the worker's main process group
 *and* its work horse — RQ puts a horse in a process group of its own, so killing
 the main's group alone would leave the horse running its job to the end, which is
@@ -16,7 +16,7 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
-from tidegate.ops.rq_fleet import RqFleet
+from tidegate.harness.rq_fleet import RqFleet
 
 __all__ = ["chaos_checks", "check", "kill_one"]
 

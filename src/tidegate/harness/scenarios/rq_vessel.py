@@ -1,15 +1,15 @@
 """The vessel burst through RQ workers: the same burst, sims, gates, lifecycle and report.
 
 ``tidegate demo --engine rq`` runs :func:`run_rq_vessel_demo`: the berthing burst of
-:mod:`tidegate.ops.vessel_demo`, enqueued as JSON RQ jobs (:mod:`tidegate.ops.rq_vessel_app`)
-on one queue per downstream, worked by real ``rq worker`` processes
-(:mod:`tidegate.ops.rq_fleet`), reported by the one reconciliation
-(:func:`tidegate.ops.reconcile.reconcile`) from the sims' own records, the DLQ and what
+:mod:`tidegate.harness.scenarios.vessel`, enqueued as JSON RQ jobs
+(:mod:`tidegate.harness.rq_vessel_app`) on one queue per downstream, worked by real
+``rq worker`` processes (:mod:`tidegate.harness.rq_fleet`), reported by the one reconciliation
+(:func:`tidegate.harness.reconcile.reconcile`) from the sims' own records, the DLQ and what
 RQ still holds (queued, scheduled, started).
 
 The workers run each job in-process (``InProcessJsonWorker``) unless ``worker="fork"``
 asks for RQ's work horse per job (``JsonWorker``). With ``--chaos kill-workers``
-(:class:`RqKillWorkers`, victims chosen by :mod:`tidegate.ops.rq_kill`) whole workers
+(:class:`RqKillWorkers`, victims chosen by :mod:`tidegate.harness.rq_kill`) whole workers
 — and, forking, work horses — are SIGKILLed mid-burst and restarted. A killed work
 horse's job is retried at once as a redelivery; a killed worker's job comes back when
 RQ's maintenance finds it abandoned (or popped and never started). Either way the
@@ -36,34 +36,30 @@ from rq.worker import Worker
 
 from tidegate._redis import client_from_url
 from tidegate.errors import PayloadTooLarge
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.burst_run import (
+    burst_report,
+    cleanup_prefix,
+    rss_fields,
+    simulated_downstreams,
+    worker_env,
+)
+from tidegate.harness.reconcile import reconcile
+from tidegate.harness.rq_fleet import RqFleet, RqPool
+from tidegate.harness.scenarios.vessel import Sample, Submission, VesselConfig
 from tidegate.integrations.rq import JsonSerializer, json_queue
 from tidegate.load import DeadLetterQueue
 from tidegate.load.payload import check_payload_size
 from tidegate.logging import get_logger
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.reconcile import reconcile
-from tidegate.ops.rq_fleet import RqFleet, RqPool
-from tidegate.ops.rq_kill import chaos_checks, kill_one
-from tidegate.ops.vessel_demo import (
-    Sample,
-    Submission,
-    VesselConfig,
-    _count,
-    _downstream_report,
-    _sims,
-    _worker_env,
-    cleanup_prefix,
-    peak_by_process,
-    rss_fields,
-)
+from tidegate.harness.rq_kill import chaos_checks, kill_one
 
 __all__ = ["RqKillWorkers", "run_rq_vessel_demo"]
 
 log = get_logger("tidegate.ops")
 
 FUNCTIONS = {
-    "customs": "tidegate.ops.rq_vessel_app.submit_customs",
-    "tos": "tidegate.ops.rq_vessel_app.push_tos",
+    "customs": "tidegate.harness.rq_vessel_app.submit_customs",
+    "tos": "tidegate.harness.rq_vessel_app.push_tos",
 }
 _DOWNSTREAM_OF_QUEUE = {"edi.customs": "customs", "edi.tos": "tos"}
 #: The RQ worker classes the demo can run: in-process (its default) or a horse per job.
@@ -286,8 +282,8 @@ def run_rq_vessel_demo(
     client = client_from_url(url)
     docs = list(vessel_burst(config.interchanges, seed=config.seed))
     submissions = [Submission(d.key, d.queue, d.envelope()) for d in docs]
-    with _sims(config) as (customs, tos):
-        env = _worker_env(url, prefix, customs, tos, config)
+    with simulated_downstreams(config) as (customs, tos):
+        env = worker_env(url, prefix, customs, tos, config)
         if kill is not None:
             for name in FUNCTIONS:
                 env[f"TIDEGATE_{name.upper()}_MAX_REQUEST_S"] = repr(kill.max_request_s)
@@ -328,30 +324,18 @@ def run_rq_vessel_demo(
         refused=(item.key for item in refused),
         pending=pending,
     )
-    report: dict[str, Any] = {
-        "scenario": "vessel" if kill is None else "chaos:kill-workers",
-        "engine": "rq",
-        "rq_worker": worker,
-        **outcome.report_fields(),
-        "submit_s": round(submit_s, 3),
-        "duplicates": c_full["duplicates"] + t_full["duplicates"],
-        "peak_worker_rss_mb": max((s.rss_mb for s in samples), default=0.0),
-        "peak_worker_rss_mb_by_process": peak_by_process(samples),
-        "elapsed_s": samples[-1].t if samples else 0.0,
-        "samples_skipped": 0,
-        "by_class": _count(d.document_class for d in docs),
-        "downstreams": {
-            "customs": _downstream_report(
-                c_full, config.customs_rate, f"{config.customs_rate:g}/s"
-            ),
-            "tos": _downstream_report(
-                t_full,
-                config.tos_connections / config.tos_service_s,
-                f"{config.tos_connections} connections",
-            ),
-        },
-        "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
-    }
+    report = burst_report(
+        scenario="vessel" if kill is None else "chaos:kill-workers",
+        engine={"engine": "rq", "rq_worker": worker},
+        outcome=outcome,
+        submit_s=submit_s,
+        customs=c_full,
+        tos=t_full,
+        samples=samples,
+        samples_skipped=0,
+        classes=(d.document_class for d in docs),
+        config=config,
+    )
     if kill is not None:
         report["chaos"] = _chaos(run, report, kill, log_dir)
         report["ok"] = all(check["ok"] for check in report["chaos"]["checks"])

@@ -1,6 +1,6 @@
 """The broker of a demo or chaos run: the Redis store itself, or a RabbitMQ vhost.
 
-:func:`~tidegate.ops.vessel_demo.run_vessel_demo` asks its broker for four things —
+:func:`~tidegate.harness.scenarios.vessel.run_vessel_demo` asks its broker for four things —
 the workers' environment, a configured producer, the queue depths of each sample, and
 the keys still in the broker at the end (the reconciliation's ``pending``) — so the
 run itself does not care which broker carries the messages. tidegate's own state
@@ -101,12 +101,12 @@ class RedisRunBroker:
         return track_publishes(tasks, outstanding, app=producer)
 
     def depths(self, queues: Sequence[str]) -> dict[str, int]:
-        from tidegate.ops.vessel_demo import queue_depths
+        from tidegate.harness.burst_run import queue_depths
 
         return queue_depths(self.client, list(queues))
 
     def pending_keys(self, queues: Sequence[str]) -> list[str]:
-        from tidegate.ops.reconcile import keys_in_messages
+        from tidegate.harness.reconcile import keys_in_messages
 
         raws: list[bytes] = []
         for queue in queues:

@@ -1,7 +1,7 @@
 """The adaptive scenario: the vessel burst against a customs gateway whose capacity
 the gate is never told.
 
-The run is the vessel demo's own (:func:`tidegate.ops.vessel_demo.run_vessel_demo`: the
+The run is the vessel demo's own (:func:`tidegate.harness.scenarios.vessel.run_vessel_demo`: the
 same burst, the real worker fleet, the same reconciliation), with two differences. The
 customs sim enforces ``customs_rate`` / ``customs_burst`` and dips to ``dip_factor`` of
 that rate for ``dip_s`` seconds from ``dip_at_s`` (a maintenance window); and the
@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from tidegate.flow.adaptive import AdaptiveKeys, RedisAdaptiveStore
-from tidegate.ops.vessel_demo import RunHandles, Sample, Submission, VesselConfig, run_vessel_demo
+from tidegate.harness.scenarios.vessel import (
+    RunHandles,
+    Sample,
+    Submission,
+    VesselConfig,
+    run_vessel_demo,
+)
 from tidegate.sim import QuotaHeaders
 
 __all__ = [
@@ -127,7 +133,7 @@ def customs_figures(
 
 
 class AdaptiveGate:
-    """The vessel run's plug-in (:class:`~tidegate.ops.vessel_demo.Disturbance`): the
+    """The vessel run's plug-in (:class:`~tidegate.harness.scenarios.vessel.Disturbance`): the
     workers' customs gate adaptive from a floor, the sim's schedule started with the
     burst, the learned rate sampled each period, the sim's record taken at the end."""
 

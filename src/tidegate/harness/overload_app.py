@@ -2,8 +2,8 @@
 
 Two lanes, one pool each, each behind its own fleet-wide gate::
 
-    celery -A tidegate.ops.overload_app worker -Q edi.customs -c 2 -n customs@%h
-    celery -A tidegate.ops.overload_app worker -Q bulk.documents -c 4 -n bulk@%h
+    celery -A tidegate.harness.overload_app worker -Q edi.customs -c 2 -n customs@%h
+    celery -A tidegate.harness.overload_app worker -Q bulk.documents -c 4 -n bulk@%h
 
 - ``edi.customs.submit`` lodges a VERMAS (or CUSCAR) with the customs single window
   (gate ``customs``);
@@ -11,7 +11,7 @@ Two lanes, one pool each, each behind its own fleet-wide gate::
   the shared document store, a database that slows down with concurrent writers
   (gate ``docstore``: a rate and a concurrency cap).
 
-Configuration comes from the environment, like :mod:`tidegate.ops.vessel_app`:
+Configuration comes from the environment, like :mod:`tidegate.harness.vessel_app`:
 ``TIDEGATE_REDIS_URL``, ``TIDEGATE_PREFIX``, ``TIDEGATE_CUSTOMS_URL``,
 ``TIDEGATE_DOCSTORE_URL``, the gate defaults (``TIDEGATE_CUSTOMS_RATE``,
 ``TIDEGATE_DOCSTORE_RATE``, ``TIDEGATE_DOCSTORE_CONCURRENCY`` …) and

@@ -23,20 +23,24 @@ The demo's intake refuses a document whose envelope is larger than
 ``VesselConfig.max_payload_bytes`` *before* it reaches the broker
 (:class:`PayloadTooLarge`, event ``intake_refused``) and counts it as
 ``refused_at_intake``. A :class:`Disturbance` (the chaos scenarios of
-:mod:`tidegate.ops.chaos`) can plug into a run: extra worker environment, extra
+:mod:`tidegate.harness.chaos`) can plug into a run: extra worker environment, extra
 documents, a hook called every sampling period — also while Redis is away, when that
 period's sample is skipped, not the run — and a last look before the run's keys are
-deleted. The broker is Redis itself unless a :class:`~tidegate.ops.run_broker.RunBroker`
+deleted. The broker is Redis itself unless a :class:`~tidegate.harness.run_broker.RunBroker`
 (a RabbitMQ vhost) is passed; tidegate's state stays on Redis either way.
+
+Why one module of ~420 lines: the run and the types every variant plugs into
+(:class:`VesselConfig`, :class:`Sample`, :class:`Submission`, :class:`RunHandles`,
+:class:`Disturbance`) — the chaos, adaptive, console and RQ runs import them from here.
+What does not depend on the engine is in :mod:`tidegate.harness.burst_run`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,16 +50,24 @@ from celery import Celery
 
 from tidegate._redis import client_from_url
 from tidegate.errors import BackendError, PayloadTooLarge
+from tidegate.harness import front_door
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.burst_run import (
+    burst_report,
+    cleanup_prefix,
+    queue_depths,
+    rss_fields,
+    simulated_downstreams,
+    worker_env,
+)
+from tidegate.harness.celery_fleet import Fleet, Pool
+from tidegate.harness.reconcile import Reconciliation, reconcile
+from tidegate.harness.run_broker import RedisRunBroker, RunBroker
 from tidegate.load import DeadLetterQueue, ParkingLot
 from tidegate.load.outstanding import Outstanding
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
 from tidegate.load.sizing import PoolSize, pool_size
 from tidegate.logging import get_logger
-from tidegate.ops import front_door
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool, PoolMemory
-from tidegate.ops.reconcile import Reconciliation, keys_in_messages, reconcile
-from tidegate.ops.run_broker import RedisRunBroker, RunBroker
 from tidegate.sim import CustomsSim, QuotaHeaders, TosSim
 
 __all__ = [
@@ -67,9 +79,6 @@ __all__ = [
     "Submission",
     "VesselConfig",
     "check_payload_size",
-    "cleanup_prefix",
-    "pending_keys",
-    "queue_depths",
     "run_vessel_demo",
     "tos_pool",
 ]
@@ -109,8 +118,8 @@ class VesselConfig:
     tos_workers: int | None = None
     tos_overhead_s: float = TOS_OVERHEAD_S
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-    app: str = "tidegate.ops.vessel_app"
-    #: Post the burst to a real intake service (:mod:`tidegate.ops.front_door`) rather
+    app: str = "tidegate.harness.vessel_app"
+    #: Post the burst to a real intake service (:mod:`tidegate.harness.front_door`) rather
     #: than publish it from Python; a chaos run always publishes directly.
     front_door: bool = True
     #: ``(at_s, rate)`` steps of the customs sim's enforced rate (see
@@ -202,58 +211,6 @@ class Disturbance(Protocol):
         ...
 
 
-def queue_depths(client: Any, queues: list[str]) -> dict[str, int]:
-    """LLEN of each queue, plus the broker's unacknowledged messages (one round trip)."""
-    pipe = client.pipeline(transaction=False)
-    for queue in queues:
-        pipe.llen(queue)
-    pipe.hlen("unacked")
-    values = pipe.execute()
-    depth = dict(zip(queues, values[:-1], strict=True))
-    depth["unacked"] = values[-1]
-    return depth
-
-
-def _downstream_report(stats: dict[str, Any], limit_per_s: float, limit: str) -> dict[str, Any]:
-    """One downstream's figures; ``limit`` is its limit as its operator states it ("10/s",
-    "4 connections"), ``limit_per_s`` the rate that limit allows (for the ideal time)."""
-    first, last = stats.get("first_accept_ts"), stats.get("last_accept_ts")
-    drain = (last - first) if first is not None and last is not None else 0.0
-    calls = stats["distinct_keys"]
-    ideal = calls / limit_per_s if limit_per_s else 0.0
-    figures: dict[str, Any] = {
-        "accepted": calls,
-        "duplicates": stats["duplicates"],
-        "responses_429": stats["responses_429"],
-        "responses_503": stats["responses_503"],
-        "limit": limit,
-        "limit_per_s": round(limit_per_s, 3),
-        "max_accepted_1s": stats.get("max_accepted_1s"),
-        "drain_s": round(drain, 3),
-        "ideal_s": round(ideal, 3),
-        "utilisation": round(ideal / drain, 3) if drain > 0 else None,
-    }
-    if "busy_share" in stats:  # a connection-limited downstream's own service record
-        share = stats["busy_share"]
-        figures["busy_share"] = None if share is None else round(share, 3)
-    return figures
-
-
-@contextlib.contextmanager
-def _sims(config: VesselConfig) -> Iterator[tuple[CustomsSim, TosSim]]:
-    customs = CustomsSim(
-        rate=config.customs_rate,
-        burst=config.customs_burst,
-        suspend_after=5,
-        suspend_s=30,
-        schedule=config.customs_schedule,
-        quota_headers=config.customs_quota_headers,
-    )
-    tos = TosSim(max_connections=config.tos_connections, service_s=config.tos_service_s)
-    with customs, tos:
-        yield customs, tos
-
-
 def _take_sample(
     run: RunHandles, queues: list[str], parking: ParkingLot, dlq: DeadLetterQueue
 ) -> Sample:
@@ -289,23 +246,6 @@ def _submit(run: RunHandles, producer: Celery, limit_bytes: int) -> None:
                 queue=item.queue,
                 connection=conn,
             )
-
-
-def _worker_env(
-    url: str, prefix: str, customs: CustomsSim, tos: TosSim, config: VesselConfig
-) -> dict[str, str]:
-    return {
-        "TIDEGATE_REDIS_URL": url,
-        "TIDEGATE_PREFIX": prefix,
-        "TIDEGATE_CUSTOMS_URL": customs.url,
-        "TIDEGATE_TOS_URL": tos.url,
-        "TIDEGATE_CUSTOMS_RATE": repr(config.customs_rate),
-        "TIDEGATE_CUSTOMS_BURST": str(max(1, config.customs_burst - 2)),
-        "TIDEGATE_TOS_RATE": "1000",
-        "TIDEGATE_TOS_BURST": "100",
-        "TIDEGATE_TOS_CONCURRENCY": str(config.tos_connections),
-        "TIDEGATE_MAX_WAIT_S": repr(config.max_wait_s),
-    }
 
 
 def _sample_until_settled(
@@ -380,21 +320,6 @@ def _attach(
     }
 
 
-def rss_fields(memory: Mapping[str, PoolMemory]) -> dict[str, Any]:
-    """A sample's memory fields from each pool's measurement: the fleet's total RSS and
-    each pool's main process and largest child (the same for every engine)."""
-    return {
-        "rss_mb": round(sum(m.main_mb + sum(m.children_mb.values()) for m in memory.values()), 1),
-        "rss_by_process": {
-            name: {
-                "main": round(m.main_mb, 1),
-                "child": round(max(m.children_mb.values(), default=0.0), 1),
-            }
-            for name, m in memory.items()
-        },
-    }
-
-
 def run_vessel_demo(
     url: str,
     config: VesselConfig,
@@ -416,7 +341,7 @@ def run_vessel_demo(
         disturbance: a chaos scenario plugged into the run (:class:`Disturbance`);
             what it collects is the report's ``chaos`` entry.
         broker: the Celery broker when it is not the Redis at ``url`` (a RabbitMQ
-            vhost, :func:`~tidegate.ops.run_broker.open_amqp_broker`); the caller
+            vhost, :func:`~tidegate.harness.run_broker.open_amqp_broker`); the caller
             closes it.
     """
     prefix = f"tidegate-demo-{uuid.uuid4().hex[:8]}"
@@ -430,8 +355,8 @@ def run_vessel_demo(
         submissions = front_door.keyed_by_intake(submissions)
     intake: dict[str, Any] | None = None
     chaos: dict[str, Any] = {}
-    with _sims(config) as (customs, tos):
-        env = {**_worker_env(url, prefix, customs, tos, config), **broker.worker_env()}
+    with simulated_downstreams(config) as (customs, tos):
+        env = {**worker_env(url, prefix, customs, tos, config), **broker.worker_env()}
         if disturbance is not None:
             env.update(disturbance.worker_env())
         pools = [
@@ -464,34 +389,19 @@ def run_vessel_demo(
             untrack()
             fleet.stop()
             producer.close()
-    outcome = _outcome(run, broker, accepted)
-    report = {
-        "scenario": "vessel",
-        "broker": broker.kind,
-        **outcome.report_fields(),
-        "submit_s": round(submit_s, 3),
-        "duplicates": c_full["duplicates"] + t_full["duplicates"],
-        "peak_worker_rss_mb": max((s.rss_mb for s in samples), default=0.0),
-        "peak_worker_rss_mb_by_process": peak_by_process(samples),
-        "elapsed_s": samples[-1].t if samples else 0.0,
-        "samples_skipped": run.samples_skipped,
-        "by_class": _count(d.document_class for d in docs),
-        "downstreams": {
-            "customs": _downstream_report(
-                c_full, config.customs_rate, f"{config.customs_rate:g}/s"
-            ),
-            "tos": {
-                **_downstream_report(
-                    t_full,
-                    config.tos_connections / config.tos_service_s,
-                    f"{config.tos_connections} connections",
-                ),
-                "pool_workers": tos_pool(config).workers,
-                "pool_reason": tos_pool(config).reason,
-            },
-        },
-        "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
-    }
+    report = burst_report(
+        scenario="vessel",
+        engine={"broker": broker.kind},
+        outcome=_outcome(run, broker, accepted),
+        submit_s=submit_s,
+        customs=c_full,
+        tos=t_full,
+        samples=samples,
+        samples_skipped=run.samples_skipped,
+        classes=(d.document_class for d in docs),
+        config=config,
+        tos_pool=tos_pool(config),
+    )
     _attach(
         report,
         intake=intake,
@@ -516,40 +426,3 @@ def tos_pool(config: VesselConfig) -> PoolSize:
         service_s=config.tos_service_s,
         overhead_s=config.tos_overhead_s,
     )
-
-
-def peak_by_process(samples: list[Sample]) -> dict[str, dict[str, float]]:
-    """Per pool, the peak RSS of its main process and of its largest child, MiB."""
-    peaks: dict[str, dict[str, float]] = {}
-    for sample in samples:
-        for pool, usage in sample.rss_by_process.items():
-            peak = peaks.setdefault(pool, {"main": 0.0, "child": 0.0})
-            for role, value in usage.items():
-                peak[role] = max(peak[role], value)
-    return peaks
-
-
-def _count(values: Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for value in values:
-        counts[value] = counts.get(value, 0) + 1
-    return dict(sorted(counts.items()))
-
-
-def pending_keys(client: Any, queues: list[str], parking: ParkingLot) -> list[str]:
-    """The keys still on their way at the end of a run: in a queue, in ``unacked`` or
-    parked (read whole: this runs once, after the run, on the run's own Redis)."""
-    raws: list[bytes] = []
-    for queue in queues:
-        raws.extend(client.lrange(queue, 0, -1))
-    raws.extend(client.hvals("unacked"))
-    parked = [key for page in parking.iter_keys(500) for key in page]
-    return [*keys_in_messages(raws), *parked]
-
-
-def cleanup_prefix(client: Any, prefix: str) -> None:
-    """Delete every key of a run and close the client."""
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()

@@ -45,7 +45,7 @@ from tidegate.load.shedding import SheddingPolicy
 from tidegate.logging import get_logger
 
 if TYPE_CHECKING:
-    from tidegate.ops.vessel_demo import RunHandles, Submission
+    from tidegate.harness.scenarios.vessel import RunHandles, Submission
 
 __all__ = [
     "DEFAULT_RESENDS",

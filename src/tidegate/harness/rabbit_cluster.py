@@ -3,9 +3,9 @@
 A port that outgrows one broker runs a RabbitMQ cluster: quorum queues replicate every
 message to a majority of nodes before the publisher's confirm, so losing one node of
 three loses nothing and the queue keeps serving from a new leader. This module starts
-such a cluster from private nodes (:class:`~tidegate.ops.rabbit_node.RabbitNode`:
+such a cluster from private nodes (:class:`~tidegate.harness.rabbit_node.RabbitNode`:
 distinct node names and ports, one Erlang cookie) and provides :class:`NodeLoss`, a
-:class:`~tidegate.ops.vessel_demo.Disturbance` that SIGKILLs the node leading the
+:class:`~tidegate.harness.scenarios.vessel.Disturbance` that SIGKILLs the node leading the
 customs queue mid-burst.
 
 The run's clients (producer, workers, depth probe) get a kombu failover URL listing the
@@ -26,10 +26,10 @@ from urllib.parse import quote
 import httpx
 
 from tidegate.errors import BackendUnavailable, ConfigurationError
+from tidegate.harness.rabbit_node import RabbitNode, _new_cookie
+from tidegate.harness.run_broker import open_amqp_broker
+from tidegate.harness.scenarios.vessel import RunHandles, Submission, VesselConfig, run_vessel_demo
 from tidegate.logging import get_logger
-from tidegate.ops.rabbit_node import RabbitNode, _new_cookie
-from tidegate.ops.run_broker import open_amqp_broker
-from tidegate.ops.vessel_demo import RunHandles, Submission, VesselConfig, run_vessel_demo
 
 __all__ = ["NodeLoss", "RabbitCluster", "run_node_loss"]
 

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tidegate.ops.adaptive_demo import AdaptiveDemoConfig, capacity_at
+from tidegate.harness.scenarios.adaptive import AdaptiveDemoConfig, capacity_at
 
 __all__ = ["plot_adaptive"]
 
 
 def plot_adaptive(report: Mapping[str, Any], path: Path) -> Path:
-    """Write the PNG of one :func:`~tidegate.ops.adaptive_demo.run_adaptive_demo`
+    """Write the PNG of one :func:`~tidegate.harness.scenarios.adaptive.run_adaptive_demo`
     report (with its ``_timelines`` and ``_adaptive``) to ``path`` and return it."""
     import matplotlib
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tidegate.ops.fleet import PoolMemory
+from tidegate.harness.celery_fleet import PoolMemory
 
 __all__ = ["RqFleet", "RqPool"]
 

@@ -146,7 +146,7 @@ def _terminal(ax: Axes, report: Mapping[str, Any], timelines: Mapping[str, Any])
 def build_figure(report: Mapping[str, Any], samples: Sequence[Any]) -> Figure:
     """The picture of one vessel run (also a chaos run) as a matplotlib figure.
 
-    ``report`` is :func:`~tidegate.ops.vessel_demo.run_vessel_demo`'s (with its
+    ``report`` is :func:`~tidegate.harness.scenarios.vessel.run_vessel_demo`'s (with its
     ``_timelines``); ``samples`` its samples. The caller closes the figure.
     """
     import matplotlib

@@ -17,6 +17,11 @@ document is delivered (or after ``timeout_s``) and reports ``shed_by_class``,
 ``replayed``, ``delivered`` against ``submitted``, ``lost`` — and when the VERMAS
 were delivered relative to the bulk documents, measured on the downstreams' own
 accept timelines.
+
+Why one module of ~490 lines: it is one scenario — its configuration, its run (the
+admission, the monitor and the replay wired together for it), its report and its two
+tables — and no part of it serves another scenario; split, each part would only be
+read with the others.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ from rich.table import Table
 
 from tidegate._redis import client_from_url
 from tidegate.flow import Gate
+from tidegate.harness.burst import vessel_burst
+from tidegate.harness.burst_run import pending_keys
+from tidegate.harness.celery_fleet import Fleet, Pool
+from tidegate.harness.reconcile import reconcile
+from tidegate.harness.report_view import summary_table
 from tidegate.integrations.celery.depth import RedisDepthProbe
 from tidegate.integrations.celery.sender import CelerySender
 from tidegate.load.admission import Admission, Inbound
@@ -46,12 +56,7 @@ from tidegate.load.parking import ParkingLot
 from tidegate.load.quarantine import Quarantine
 from tidegate.load.shedding import BULK_BL_PDF, BULK_QUEUE, CUSTOMS_QUEUE, document_class
 from tidegate.load.watermarks import LoadBoard, ScalingPolicy, Watermarks, WatermarkStore
-from tidegate.ops.burst import vessel_burst
-from tidegate.ops.fleet import Fleet, Pool
 from tidegate.ops.monitor import Monitor, QueueSpec
-from tidegate.ops.reconcile import reconcile
-from tidegate.ops.report_view import summary_table
-from tidegate.ops.vessel_demo import pending_keys
 from tidegate.sim import CustomsSim, DatabaseSim
 
 __all__ = [
@@ -63,7 +68,7 @@ __all__ = [
     "run_overload_demo",
 ]
 
-#: queue → task of the scenario's Celery app (:mod:`tidegate.ops.overload_app`).
+#: queue → task of the scenario's Celery app (:mod:`tidegate.harness.overload_app`).
 TASKS = {CUSTOMS_QUEUE: "edi.customs.submit", BULK_QUEUE: "bulk.documents.store"}
 
 
@@ -345,7 +350,7 @@ def run_overload_demo(
             Pool("customs", [CUSTOMS_QUEUE], concurrency=config.customs_workers),
             Pool("bulk", [BULK_QUEUE], concurrency=config.bulk_workers),
         ]
-        fleet = Fleet("tidegate.ops.overload_app", pools, env=env, log_dir=log_dir)
+        fleet = Fleet("tidegate.harness.overload_app", pools, env=env, log_dir=log_dir)
         handles = _Handles(
             client,
             customs,
@@ -488,5 +493,5 @@ def live_table(sample: OverloadSample, total: int) -> Table:
 
 
 def report_table(report: dict[str, Any]) -> Table:
-    """The outcome under the JSON report's own names (:mod:`tidegate.ops.report_view`)."""
+    """The outcome under the JSON report's own names (:mod:`tidegate.harness.report_view`)."""
     return summary_table(report, title="overload: outcome")

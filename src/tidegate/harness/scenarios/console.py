@@ -2,8 +2,8 @@
 
 A newcomer runs the demo and opens one URL to watch the burst move through the gates
 and queues, and to pause the customs gateway or replay a dead letter while it runs.
-:class:`DemoConsole` plugs into :func:`~tidegate.ops.vessel_demo.run_vessel_demo` as
-a :class:`~tidegate.ops.vessel_demo.Disturbance` that disturbs nothing: once the
+:class:`DemoConsole` plugs into :func:`~tidegate.harness.scenarios.vessel.run_vessel_demo` as
+a :class:`~tidegate.harness.scenarios.vessel.Disturbance` that disturbs nothing: once the
 fleet is up (the run's key prefix is known only then) it starts
 
 - a :class:`~tidegate.ops.monitor.Monitor` (the demo runs none, and the console's
@@ -80,12 +80,12 @@ class DemoConsole:
     def started(self, run: Any) -> None:
         """The fleet is up: start the monitor and the console on the run's prefix, with
         the gate defaults the workers were given (Redis holds only overrides)."""
-        from tidegate.ops.vessel_demo import _worker_env
+        from tidegate.harness.burst_run import worker_env
 
         self.start(
             run.url,
             run.prefix,
-            gate_env=_worker_env(run.url, run.prefix, run.customs, run.tos, run.config),
+            gate_env=worker_env(run.url, run.prefix, run.customs, run.tos, run.config),
         )
 
     def tick(self, run: Any, t: float) -> None:

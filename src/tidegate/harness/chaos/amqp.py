@@ -1,8 +1,8 @@
 """The chaos scenarios on RabbitMQ: what changes when the broker is not Redis.
 
 ``tidegate demo --chaos <kind> --broker amqp://…`` runs the vessel burst of
-:mod:`tidegate.ops.chaos` with RabbitMQ carrying the messages, in a vhost of the run's
-own (:mod:`tidegate.ops.run_broker`); tidegate's state stays on the run's embedded
+:mod:`tidegate.harness.chaos` with RabbitMQ carrying the messages, in a vhost of the run's
+own (:mod:`tidegate.harness.run_broker`); tidegate's state stays on the run's embedded
 Redis. The same per-key reconciliation decides: lost 0, accepted twice 0.
 
 ``kill-workers``
@@ -15,7 +15,7 @@ Redis. The same per-key reconciliation decides: lost 0, accepted twice 0.
     wait out, no sweep. Those two checks are replaced by the broker's own figure of
     redeliveries being no reason for a loss or a second acceptance.
 ``broker-restart``
-    Starts its own RabbitMQ node (:class:`~tidegate.ops.rabbit_node.RabbitNode`; never
+    Starts its own RabbitMQ node (:class:`~tidegate.harness.rabbit_node.RabbitNode`; never
     a shared broker), SIGKILLs it mid-burst — a crash, not a shutdown — keeps it down
     for ``fault_s`` and boots it again on the same data. Quorum queues are durable and
     the intake's publishes were confirmed, so every message is on disk. Tasks running
@@ -40,21 +40,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidegate.errors import BackendError, ConfigurationError
+from tidegate.harness.chaos.config import ChaosConfig
+from tidegate.harness.chaos.downstream_outage import _DownstreamOutage
+from tidegate.harness.chaos.kill_workers import _KillWorkers
+from tidegate.harness.chaos.scenario import _Scenario
+from tidegate.harness.chaos.verdict import Check, _check, _reconciled
+from tidegate.harness.rabbit_node import RabbitNode
+from tidegate.harness.run_broker import AmqpRunBroker, open_amqp_broker
 from tidegate.logging import get_logger
-from tidegate.ops.chaos import (
-    ChaosConfig,
-    Check,
-    _check,
-    _DownstreamOutage,
-    _KillWorkers,
-    _reconciled,
-    _Scenario,
-)
-from tidegate.ops.rabbit_node import RabbitNode
-from tidegate.ops.run_broker import AmqpRunBroker, open_amqp_broker
 
 if TYPE_CHECKING:
-    from tidegate.ops.vessel_demo import RunHandles
+    from tidegate.harness.scenarios.vessel import RunHandles
 
 __all__ = [
     "AMQP_KINDS",

@@ -23,9 +23,11 @@ from typing import Any
 
 import redis
 
+from tidegate.harness.chaos.config import ChaosConfig
+from tidegate.harness.chaos.scenario import _Scenario
+from tidegate.harness.chaos.verdict import Check, _check, _events, _lines
+from tidegate.harness.scenarios.vessel import RunHandles
 from tidegate.logging import get_logger
-from tidegate.ops.chaos import ChaosConfig, Check, _check, _events, _lines, _Scenario
-from tidegate.ops.vessel_demo import RunHandles
 from tidegate.redis_server import EmbeddedRedis
 
 __all__ = ["RedisOom"]

@@ -1,7 +1,7 @@
 """The RQ jobs of the vessel-burst demo: the same two units as the Celery vessel app.
 
 Run by real ``rq worker`` processes of tidegate's ``JsonWorker`` (see
-:mod:`tidegate.ops.rq_fleet`); configuration comes from the environment, as for the
+:mod:`tidegate.harness.rq_fleet`); configuration comes from the environment, as for the
 Celery workers: ``TIDEGATE_REDIS_URL``, ``TIDEGATE_PREFIX``, ``TIDEGATE_CUSTOMS_URL`` /
 ``TIDEGATE_TOS_URL``, the gate defaults and ``TIDEGATE_MAX_WAIT_S``.
 """

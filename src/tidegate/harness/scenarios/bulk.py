@@ -25,12 +25,13 @@ from tidegate.bulk import BatchStore
 from tidegate.bulk.celery import submit_manifest
 from tidegate.edi.intake import Intake
 from tidegate.edi.synthetic import synthetic_ifcsum
+from tidegate.harness.burst_run import cleanup_prefix, peak_by_process, queue_depths
+from tidegate.harness.celery_fleet import Fleet, Pool
+from tidegate.harness.reconcile import reconcile
+from tidegate.harness.scenarios.vessel import Sample
 from tidegate.integrations.celery.gated import REPLAY_HEADER
 from tidegate.load import DeadLetter, DeadLetterQueue
 from tidegate.load.replay import replay_dead_letters
-from tidegate.ops.fleet import Fleet, Pool
-from tidegate.ops.reconcile import reconcile
-from tidegate.ops.vessel_demo import Sample, cleanup_prefix, peak_by_process, queue_depths
 from tidegate.sim import TosSim
 
 __all__ = ["BulkConfig", "run_bulk_demo"]
@@ -96,7 +97,7 @@ def run_bulk_demo(
             Pool("bulk", ["bulk.dispatch", "bl.parse"], concurrency=config.workers),
             Pool("tos", ["edi.tos"], concurrency=config.workers),
         ]
-        fleet = Fleet("tidegate.ops.vessel_app", pools, env=env, log_dir=log_dir)
+        fleet = Fleet("tidegate.harness.vessel_app", pools, env=env, log_dir=log_dir)
         producer = Celery(broker=url, backend=url)
         start = time.monotonic()
 

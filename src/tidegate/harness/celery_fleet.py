@@ -3,7 +3,7 @@
 Starts ``celery -A <app> worker`` subprocesses (one pool per downstream queue), waits
 until each answers a ping, samples their memory (main process + pool children), and
 stops them — SIGTERM, then SIGKILL — whatever happens to the caller. The chaos
-scenarios (:mod:`tidegate.ops.chaos`) also find the main and pool processes to kill
+scenarios (:mod:`tidegate.harness.chaos`) also find the main and pool processes to kill
 and restart a worker whose main process died.
 """
 
@@ -67,7 +67,7 @@ class Fleet:
     """The worker processes of one run.
 
     Args:
-        app: the ``-A`` argument (e.g. ``tidegate.ops.vessel_app``).
+        app: the ``-A`` argument (e.g. ``tidegate.harness.vessel_app``).
         pools: the workers to start.
         env: extra environment for the workers (URLs, gate defaults).
         log_dir: where each worker's stdout/stderr goes.
