@@ -35,10 +35,10 @@ from celery import Celery
 
 from _harness import machine_info, md_table, med, write_json
 from tidegate._redis import client_from_url
+from tidegate.harness.burst import vessel_burst
 from tidegate.integrations.celery.broker import install_write_tolerant_broker
 from tidegate.integrations.celery.sweep import track_publishes
 from tidegate.load.outstanding import Outstanding
-from tidegate.harness.burst import vessel_burst
 from tidegate.redis_server import redis_url
 
 TASK = "edi.tos.push"

@@ -7,12 +7,15 @@ change here is a migration, not a refactor.
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 import redis
 from redis.crc import key_slot
 
+import tidegate
 from tidegate.bulk.store import BatchStore
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
@@ -254,3 +257,18 @@ def test_the_stores_write_only_keys_the_keyspace_builds(
     }
     assert found <= set().union(*families.values()), found - set().union(*families.values())
     assert {name for name, keys in families.items() if keys & found} == set(families)
+
+
+def test_no_module_but_the_keyspace_formats_a_tidegate_key() -> None:
+    """The line held: a key built anywhere else (``f"{prefix}:..."``) would be a second
+    layout for someone to keep in step, and the hash-tag rule written twice."""
+    root = Path(tidegate.__file__).parent
+    formatted = re.compile(r"""f["'][^"']*\{[a-z_.]*prefix\}:""")
+    offenders = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "keys.py"
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if formatted.search(line)
+    ]
+    assert offenders == []

@@ -257,6 +257,15 @@ class Keyspace:
         """A ``SCAN`` pattern matching the learned state of every adaptive controller."""
         return f"{self.prefix}:adaptive:{{*}}:state"
 
+    def adaptive_name(self, key: str) -> str | None:
+        """The downstream whose controller ``key`` belongs to; ``None`` for a key of
+        another family or prefix."""
+        head = f"{self.prefix}:adaptive:{{"
+        if not key.startswith(head):
+            return None
+        name, sep, _ = key[len(head) :].rpartition("}:")
+        return name if sep else None
+
     def delivered(self, downstream: str, key: str) -> str:
         """The ledger entry of idempotency key ``key`` with ``downstream``."""
         return f"{self.prefix}:delivered:{{{downstream}}}:{key}"

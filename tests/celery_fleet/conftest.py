@@ -33,8 +33,6 @@ from tidegate.integrations.celery import configure
 from tidegate.integrations.celery.amqp_topology import AmqpTopology
 from tidegate.integrations.celery.depth import probe_from_url
 from tidegate.load import DeadLetterQueue, ParkingLot
-from tidegate.harness.burst import vessel_burst
-from tidegate.harness.celery_fleet import Fleet, Pool
 from tidegate.load.depth import DepthProbe
 from tidegate.sim import CustomsSim, TosSim
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tidegate.harness.reconcile import keys_in_messages
+from tidegate.keys import Keyspace
 from tidegate.sim import CustomsSim, TosSim
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ def pending_keys(client: Any, queues: list[str], parking: ParkingLot) -> list[st
 
 def cleanup_prefix(client: Any, prefix: str) -> None:
     """Delete every key of a run and close the client."""
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    keys = list(client.scan_iter(match=Keyspace(prefix).everything(), count=1000))
     if keys:
         client.delete(*keys)
     client.close()

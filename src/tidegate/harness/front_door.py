@@ -40,6 +40,7 @@ from tidegate.intake import (
     create_app,
     read_interchange,
 )
+from tidegate.keys import Keyspace
 from tidegate.load.admission import Admission
 from tidegate.load.shedding import SheddingPolicy
 from tidegate.logging import get_logger
@@ -331,7 +332,7 @@ def _probe_writable(client: redis.Redis, prefix: str) -> None:
     """Raise :class:`BackendUnwritable` when Redis refuses a write (one key that expires
     at once); any other failure is left to the intake's own retry answer."""
     try:
-        client.set(f"{prefix}:demo:write-probe", b"1", px=1)
+        client.set(Keyspace(prefix).demo_write_probe(), b"1", px=1)
     except redis.RedisError as exc:
         cause = unwritable_cause(exc)
         if cause is not None:

@@ -29,6 +29,7 @@ from celery import Celery, signals
 
 from tidegate.integrations.celery import CeleryPreset, GatedTask, setup
 from tidegate.integrations.celery.runtime import runtime
+from tidegate.keys import DEFAULT_PREFIX
 from tidegate.load.shedding import BULK_QUEUE, CUSTOMS_QUEUE
 from tidegate.logging import configure as configure_logging
 from tidegate.ops.metrics import install_event_counters
@@ -45,7 +46,7 @@ QUEUES: tuple[str, ...] = tuple(TASKS)
 _REDIS = os.environ.get("TIDEGATE_REDIS_URL") or os.environ.get(
     "REDIS_URL", "redis://127.0.0.1:6379/0"
 )
-_PREFIX = os.environ.get("TIDEGATE_PREFIX", "tidegate")
+_PREFIX = os.environ.get("TIDEGATE_PREFIX", DEFAULT_PREFIX)
 
 app = Celery("tidegate-overload", broker=_REDIS)
 app.conf.tidegate_redis_url = _REDIS

@@ -29,6 +29,7 @@ from celery import Celery, signals
 from tidegate.bulk.celery import install_bulk
 from tidegate.integrations.celery import GatedTask, setup
 from tidegate.integrations.celery.runtime import runtime
+from tidegate.keys import DEFAULT_PREFIX
 from tidegate.logging import configure as configure_logging
 from tidegate.ops.metrics import install_event_counters
 
@@ -42,7 +43,7 @@ _BROKER = os.environ.get("TIDEGATE_BROKER_URL") or _REDIS
 
 app = Celery("tidegate-vessel", broker=_BROKER, backend=_REDIS)
 app.conf.tidegate_redis_url = _REDIS
-app.conf.tidegate_prefix = os.environ.get("TIDEGATE_PREFIX", "tidegate")
+app.conf.tidegate_prefix = os.environ.get("TIDEGATE_PREFIX", DEFAULT_PREFIX)
 app.conf.task_ignore_result = True
 app.conf.worker_hijack_root_logger = False
 if "TIDEGATE_VISIBILITY_TIMEOUT_S" in os.environ:

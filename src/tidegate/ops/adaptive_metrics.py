@@ -20,19 +20,20 @@ import redis
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tidegate.flow.adaptive import AdaptiveKeys, RedisAdaptiveStore
+from tidegate.flow.adaptive import RedisAdaptiveStore
+from tidegate.keys import Keyspace
 
 __all__ = ["AdaptiveCollector", "adaptive_downstreams"]
 
 
 def adaptive_downstreams(client: redis.Redis, prefix: str) -> list[str]:
     """The downstreams whose controller has learned something under ``prefix``."""
+    keyspace = Keyspace(prefix)
     names = set()
-    for raw in client.scan_iter(match=f"{prefix}:adaptive:{{*}}:state", count=200):
-        key = raw.decode() if isinstance(raw, bytes) else str(raw)
-        start, end = key.find("{"), key.rfind("}")
-        if 0 <= start < end:
-            names.add(key[start + 1 : end])
+    for raw in client.scan_iter(match=keyspace.adaptive_states(), count=200):
+        name = keyspace.adaptive_name(raw.decode() if isinstance(raw, bytes) else str(raw))
+        if name is not None:
+            names.add(name)
     return sorted(names)
 
 
@@ -62,7 +63,7 @@ class AdaptiveCollector(Collector):
             labels=["downstream"],
         )
         for name in adaptive_downstreams(self.client, self.prefix):
-            keys = AdaptiveKeys.build(name, prefix=self.prefix)
+            keys = Keyspace(self.prefix).adaptive(name)
             record = self.store.load(keys)
             if record.rate is not None:
                 rate.add_metric([name], record.rate.rate)

@@ -24,7 +24,7 @@ import structlog
 
 from tidegate._redis import client_from_url
 from tidegate.errors import TidegateError
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 
 __all__ = ["GATE_WAIT_BUCKETS", "EventCounters", "install_event_counters"]
 
@@ -37,7 +37,7 @@ _SEP = "|"
 
 
 def _events_key(prefix: str) -> str:
-    return f"{prefix}:{{metrics}}:events"
+    return Keyspace(prefix).metrics_events()
 
 
 def _bucket(wait_s: float) -> str:

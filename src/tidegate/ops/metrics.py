@@ -67,7 +67,7 @@ from prometheus_client.registry import Collector
 
 from tidegate._redis import map_redis_errors
 from tidegate.errors import BackendUnwritable, ConfigurationError
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.load.dlq import DeadLetterQueue
 from tidegate.load.quarantine import Quarantine
 from tidegate.load.watermarks import BoardEntry, LoadBoard
@@ -141,7 +141,7 @@ class TidegateCollector(Collector):
         self._clock = clock
         self._stale: set[str] = set()
         self._stale_lock = threading.Lock()
-        self._probe = f"{prefix}:{{metrics}}:write_probe"
+        self._probe = Keyspace(prefix).metrics_write_probe()
         self._unwritable: str | None = None
 
     def _age_s(self, entry: BoardEntry, now_ms: float | None) -> float:

@@ -46,7 +46,7 @@ import redis
 from tidegate._redis import lua_script, map_redis_errors
 from tidegate.errors import BackendError, BackendUnwritable, ConfigurationError
 from tidegate.flow import Gate
-from tidegate.flow.backends.base import DEFAULT_PREFIX
+from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.load.admission import Admission
 from tidegate.load.depth import DepthProbe
 from tidegate.load.quarantine import Quarantine
@@ -187,7 +187,7 @@ class Monitor:
         self.states: dict[str, LoadState] = {q: LoadState(q) for q in self.specs}
         self.leader = False
         self._gates = {s.gate: Gate(client, s.gate, prefix=prefix) for s in specs if s.gate}
-        self._lease_key = f"{prefix}:{{load}}:monitor"
+        self._lease_key = Keyspace(prefix).monitor_lease()
         self._lease = client.register_script(lua_script("monitor_lease", "tidegate.load"))
         self._clock = clock
         self._credit: dict[str, float] = {}

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
-from tidegate.flow.backends.base import GateKeys
 from tidegate.harness.chaos.verdict import Check, _check, unplanned_dead_letters
 from tidegate.harness.reconcile import reconcile
+from tidegate.keys import Keyspace
 from tidegate.load import DeadLetterQueue
 from tidegate.sim import max_in_window
 
@@ -163,7 +163,7 @@ def _leases(client: redis.Redis, prefix: str, name: str) -> tuple[int, int]:
     An expired lease (its holder was killed) stays in the set until the next admission
     reclaims it; it no longer counts against the cap.
     """
-    key = GateKeys.build(name, prefix=prefix).leases
+    key = Keyspace(prefix).limit(name).leases
     seconds, micros = client.time()
     now_ms = seconds * 1000 + micros / 1000
     live = int(client.zcount(key, f"({now_ms}", "+inf"))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tidegate.flow.adaptive import AdaptiveKeys, RedisAdaptiveStore
+from tidegate.flow.adaptive import RedisAdaptiveStore
 from tidegate.harness.scenarios.vessel import (
     RunHandles,
     Sample,
@@ -30,6 +30,7 @@ from tidegate.harness.scenarios.vessel import (
     VesselConfig,
     run_vessel_demo,
 )
+from tidegate.keys import Keyspace
 from tidegate.sim import QuotaHeaders
 
 __all__ = [
@@ -161,7 +162,7 @@ class AdaptiveGate:
         self.origin = time.time()
 
     def tick(self, run: RunHandles, t: float) -> None:
-        keys = AdaptiveKeys.build("customs", prefix=run.prefix)
+        keys = Keyspace(run.prefix).adaptive("customs")
         state = RedisAdaptiveStore(run.client).load(keys).rate
         if state is not None:
             self.learned.append((round(time.time() - self.origin, 2), state.rate))

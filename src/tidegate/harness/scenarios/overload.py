@@ -50,6 +50,7 @@ from tidegate.harness.reconcile import reconcile
 from tidegate.harness.report_view import summary_table
 from tidegate.integrations.celery.depth import RedisDepthProbe
 from tidegate.integrations.celery.sender import CelerySender
+from tidegate.keys import Keyspace
 from tidegate.load.admission import Admission, Inbound
 from tidegate.load.dlq import DeadLetterQueue
 from tidegate.load.parking import ParkingLot
@@ -464,7 +465,7 @@ def _report(
 
 
 def _cleanup(client: Any, prefix: str) -> None:
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    keys = list(client.scan_iter(match=Keyspace(prefix).everything(), count=1000))
     if keys:
         client.delete(*keys)
     client.close()

@@ -46,12 +46,12 @@ from tidegate.harness.burst_run import (
 )
 from tidegate.harness.reconcile import reconcile
 from tidegate.harness.rq_fleet import RqFleet, RqPool
+from tidegate.harness.rq_kill import chaos_checks, kill_one
 from tidegate.harness.scenarios.vessel import Sample, Submission, VesselConfig
 from tidegate.integrations.rq import JsonSerializer, json_queue
 from tidegate.load import DeadLetterQueue
 from tidegate.load.payload import check_payload_size
 from tidegate.logging import get_logger
-from tidegate.harness.rq_kill import chaos_checks, kill_one
 
 __all__ = ["RqKillWorkers", "run_rq_vessel_demo"]
 
