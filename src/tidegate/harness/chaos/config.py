@@ -11,7 +11,7 @@ and the test suite's shape of each kind.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from tidegate.errors import ConfigurationError
 from tidegate.harness.scenarios.vessel import VesselConfig
@@ -30,18 +30,8 @@ Kind = Literal[
     "broker-restart",
     "redis-oom",
 ]
-#: The scenarios, in the order the benchmark runs them.
-KINDS: tuple[Kind, ...] = (
-    "kill-workers",
-    "redis-restart",
-    "host-crash",
-    "downstream-outage",
-    "slow-downstream",
-    "slow-commit",
-    "poison",
-    "broker-restart",
-    "redis-oom",
-)
+#: The scenarios, in the order the benchmark runs them (the order of ``Kind``).
+KINDS: tuple[Kind, ...] = get_args(Kind)
 #: The scenarios that restart Redis (on an append-only file, the production setting).
 _RESTARTS = frozenset({"redis-restart", "host-crash"})
 #: The ``-A`` of the scenario's workers: the vessel app with the timing below.
