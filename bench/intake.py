@@ -3,8 +3,10 @@
 Two HTTP services on loopback, each one uvicorn process on the same embedded Redis:
 
 * **floor** — a Starlette endpoint that reads the body and publishes it, as is, to the
-  Redis broker with Celery's ``send_task`` (in a worker thread, as the intake does):
-  the cost of taking an interchange over HTTP and putting bytes on the broker, nothing
+  Redis broker with Celery's ``send_task``, batched the way the intake publishes
+  (concurrent requests' bodies share one kombu batch from one thread;
+  ``--floor-unbatched`` publishes on each request's thread, as the first runs did): the
+  cost of taking an interchange over HTTP and putting bytes on the broker, nothing
   else;
 * **intake** — the real ``tidegate intake serve --allow-anonymous``: read and check the
   envelope, classify, claim the duplicate window, check the watermarks, publish each unit
@@ -68,8 +70,15 @@ QUEUES = ("edi.customs", "edi.tos")
 # -- the floor service ------------------------------------------------------------------
 
 
-def serve_floor(port: int, broker: str) -> None:
-    """Run the floor endpoint (this script, re-run as a subprocess)."""
+def serve_floor(port: int, broker: str, *, batching: bool = True) -> None:
+    """Run the floor endpoint (this script, re-run as a subprocess).
+
+    With ``batching`` the floor publishes the way the intake does on a Redis broker:
+    concurrent requests' bodies go to one publishing thread and share one kombu batch
+    (:class:`~tidegate.intake.batching.PublishThread` over a
+    :class:`~tidegate.intake.batching.BatchingCelerySender`), so the comparison is of
+    the intake's own work, not of two ways of publishing.
+    """
     import uvicorn
     from celery import Celery
     from starlette.applications import Starlette
@@ -78,10 +87,25 @@ def serve_floor(port: int, broker: str) -> None:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
+    from tidegate.intake.batching import BatchingCelerySender, PublishThread, can_batch
+
     producer = Celery("floor", broker=broker)
+    thread: PublishThread | None = None
+    if batching and can_batch(producer):
+        sender = BatchingCelerySender(producer)
+
+        def publish_bodies(bodies: Any) -> None:
+            for body in bodies:
+                sender.send("floor", "floor.store", {"body": body})
+
+        thread = PublishThread(publish_bodies, batch=sender.batch, name="floor-publish")
 
     def publish(body: bytes) -> None:
-        producer.send_task("floor.store", args=[body.decode("latin-1")], queue="floor")
+        text = body.decode("latin-1")
+        if thread is not None:
+            thread.publish([text])
+        else:
+            producer.send_task("floor.store", args=[{"body": text}], queue="floor")
 
     async def post(request: Request) -> Response:
         body = await request.body()
@@ -139,8 +163,12 @@ def _intake(redis_url: str, env: dict[str, str], log: Path) -> tuple[subprocess.
     return _start(args, env, log)
 
 
-def _floor(redis_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _floor(
+    redis_url: str, log: Path, *, batching: bool = True
+) -> tuple[subprocess.Popen[bytes], str]:
     args = [sys.executable, __file__, "--serve-floor", "{port}", "--broker", redis_url]
+    if not batching:
+        args.append("--floor-unbatched")
     return _start(args, {}, log)
 
 
@@ -293,6 +321,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--serve-floor", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--broker", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--floor-unbatched",
+        action="store_true",
+        help="the floor publishes each body on its request thread (the first runs' floor)",
+    )
     parser.add_argument("--rates", default="10,20,40,80,160", help="offered rates, /s")
     parser.add_argument("--step-s", type=float, default=5.0, help="seconds per rate")
     parser.add_argument("--connections", type=int, default=8, help="senders at once")
@@ -303,7 +336,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/intake.json")
     args = parser.parse_args()
     if args.serve_floor:
-        serve_floor(args.serve_floor, args.broker)
+        serve_floor(args.serve_floor, args.broker, batching=not args.floor_unbatched)
         return
 
     from tidegate.harness.burst import vessel_burst
@@ -325,7 +358,7 @@ def main() -> None:
         # No backpressure in the ramp: it measures the services, not the watermarks.
         quiet = {"TIDEGATE_QUEUE_HWM": str(10**9), "TIDEGATE_QUEUE_LWM": str(10**8)}
         intake, intake_url = _intake(store.url, quiet, logs / "intake.log")
-        floor, floor_url = _floor(store.url, logs / "floor.log")
+        floor, floor_url = _floor(store.url, logs / "floor.log", batching=not args.floor_unbatched)
         # A first request pays for imports and connections: not part of any step.
         cursor = 0
         for url in (floor_url, intake_url):
