@@ -16,6 +16,7 @@ are started per test (the real-worker variants are few) and killed afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
 import pytest
 import redis
 from celery import Celery
@@ -178,9 +180,21 @@ class _Processes:
         return proc
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
-        """SIGKILL the worker and its children: nothing of it runs any cleanup."""
+        """SIGKILL the worker and its children: nothing of it runs any cleanup.
+
+        The children are found and killed one by one as well as the group: RQ puts its
+        work horse in a process group of its own, so killing the worker's group alone
+        left the horse running its job to the end — and the job, finished, was no
+        longer there for RQ's recovery to give back (a flaky failure under load).
+        """
+        children = psutil.Process(proc.pid).children(recursive=True)
         os.killpg(proc.pid, signal.SIGKILL)
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
         proc.wait(timeout=10)
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, f"processes of the killed worker still running: {alive}"
 
     def logs(self) -> str:
         return "\n".join(
