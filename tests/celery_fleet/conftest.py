@@ -25,7 +25,6 @@ import redis
 from celery import Celery
 
 from tidegate._redis import client_from_url
-from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.harness.burst import vessel_burst
 from tidegate.harness.celery_fleet import Fleet, Pool
@@ -41,32 +40,6 @@ TASKS = {"edi.customs": "edi.customs.submit", "edi.tos": "edi.tos.push"}
 QUEUES = ("edi.customs", "edi.tos", "bulk.dispatch", "bl.parse")
 #: The brokers a fleet module can run on (it opts in with ``FLEET_BROKERS``).
 BROKERS = ("redis", "amqp")
-
-
-class BrokerFleet(Fleet):
-    """A fleet whose readiness ping goes through its broker, not through Redis.
-
-    ``Fleet._wait_ready`` pings over ``TIDEGATE_REDIS_URL``, which is the broker only
-    on Redis; this asks the broker the workers actually listen on.
-    """
-
-    def _wait_ready(self, timeout_s: float, *, names: set[str] | None = None) -> None:
-        probe = Celery(broker=self.env["TIDEGATE_BROKER_URL"], set_as_current=False)
-        wanted = names if names is not None else {pool.name for pool in self.pools}
-        deadline = time.monotonic() + timeout_s
-        try:
-            while time.monotonic() < deadline:
-                for name, proc in self.procs.items():
-                    if name in wanted and proc.poll() is not None:
-                        raise ConfigurationError(
-                            f"worker {name} exited with code {proc.returncode} at start-up"
-                        )
-                replies = probe.control.ping(timeout=1.0) or []
-                if wanted <= {next(iter(reply)).split("@")[0] for reply in replies}:
-                    return
-            raise ConfigurationError(f"workers {sorted(wanted)} not ready after {timeout_s:g}s")
-        finally:
-            probe.close()
 
 
 @dataclass
@@ -211,7 +184,7 @@ def harness(
             Pool("bulk", ["bulk.dispatch", "bl.parse"], concurrency=2),
         ]
         log_dir = tmp_path_factory.mktemp("worker-logs")
-        fleet = BrokerFleet("tidegate.harness.vessel_app", pools, env=env, log_dir=log_dir)
+        fleet = Fleet("tidegate.harness.vessel_app", pools, env=env, log_dir=log_dir)
         # Configured like the workers: on RabbitMQ a send_task must declare the queues
         # with the same quorum arguments, or the broker refuses the declaration.
         producer = configure(Celery(broker=broker_url, backend=redis_url, set_as_current=False))

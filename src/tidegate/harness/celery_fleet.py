@@ -168,7 +168,7 @@ class Fleet:
             or self.env.get("TIDEGATE_REDIS_URL")
             or os.environ["TIDEGATE_REDIS_URL"]
         )
-        probe = Celery(broker=broker)
+        probe = Celery(broker=broker, set_as_current=False)
         wanted = names if names is not None else {pool.name for pool in self.pools}
         deadline = time.monotonic() + timeout_s
         try:
