@@ -334,11 +334,11 @@ def main() -> None:
         action="store_true",
         help="the floor publishes each body on its request thread (the first runs' floor)",
     )
-    parser.add_argument("--rates", default="10,20,40,80,160", help="offered rates, /s")
+    parser.add_argument("--rates", default="160,240,320,400,480,640", help="offered rates, /s")
     parser.add_argument("--step-s", type=float, default=5.0, help="seconds per rate")
     parser.add_argument("--connections", type=int, default=8, help="senders at once")
     parser.add_argument("--senders", type=int, default=8, help="overload phase senders")
-    parser.add_argument("--overload-n", type=int, default=1000, help="overload interchanges")
+    parser.add_argument("--overload-n", type=int, default=5000, help="overload interchanges")
     parser.add_argument("--drain-rate", type=float, default=20.0, help="stand-in fleet, /s")
     parser.add_argument("--hwm", type=int, default=50, help="overload phase HWM")
     parser.add_argument("--out", default="bench/results/intake.json")
