@@ -2,16 +2,18 @@
 
 The Celery run (:func:`~tidegate.harness.scenarios.vessel.run_vessel_demo`) and the RQ
 run (:func:`~tidegate.harness.scenarios.rq_vessel.run_rq_vessel_demo`) differ in how
-they publish, sample their queues and recover from a killed worker; everything else is
-here, once: the simulated downstreams, the workers' environment, the samples' memory
-fields, the end-of-run look at what is still queued, and :func:`burst_report` — the
-report both engines print, computed from the one per-key reconciliation.
+they publish, what one sample reads and how they recover from a killed worker;
+everything else is here, once: the simulated downstreams, the workers' environment,
+the sampling loop, the samples' memory fields, the end-of-run look at what is still
+queued, and :func:`burst_report` — the report both engines print, computed from the
+one per-key reconciliation.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tidegate.harness.reconcile import keys_in_messages
@@ -34,6 +36,7 @@ __all__ = [
     "pending_keys",
     "queue_depths",
     "rss_fields",
+    "sample_until_settled",
     "simulated_downstreams",
     "worker_env",
 ]
@@ -89,6 +92,44 @@ def burst_report(
         },
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
     }
+
+
+def sample_until_settled(
+    *,
+    take: Callable[[], Sample],
+    settled: Callable[[Sample], bool],
+    deadline: float,
+    interval_s: float,
+    tick: Callable[[Sample | None], None] | None = None,
+    on_sample: Callable[[Sample], None] | None = None,
+    skip: tuple[type[BaseException], ...] = (),
+) -> tuple[list[Sample], int]:
+    """Sample every ``interval_s`` until a sample is ``settled`` or ``deadline``
+    (``time.monotonic()``) passes; return the samples and how many were skipped.
+
+    ``tick`` runs before every sample, given the last one taken (``None`` before the
+    first): the run's disturbance — a fault to inject, a dead worker to restart — goes
+    on even while samples fail. A sample that raises one of ``skip`` (Redis away during
+    a restart) is counted and skipped, and the run goes on.
+    """
+    samples: list[Sample] = []
+    skipped = 0
+    while True:
+        if tick is not None:
+            tick(samples[-1] if samples else None)
+        try:
+            sample = take()
+        except skip:
+            skipped += 1
+        else:
+            samples.append(sample)
+            if on_sample is not None:
+                on_sample(sample)
+            if settled(sample):
+                return samples, skipped
+        if time.monotonic() > deadline:
+            return samples, skipped
+        time.sleep(interval_s)
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ from tidegate.harness.burst_run import (
     burst_report,
     cleanup_prefix,
     rss_fields,
+    sample_until_settled,
     simulated_downstreams,
     worker_env,
 )
@@ -208,23 +209,27 @@ def _sample_until_settled(
     on_sample: Callable[[Sample, int], None] | None,
     interval_s: float,
 ) -> list[Sample]:
+    """Sample until every unit settled, RQ holds nothing and the kills are over."""
     dlq = DeadLetterQueue(run.client, prefix=run.prefix)
-    deadline = run.t0 + run.config.timeout_s
-    samples: list[Sample] = []
-    while True:
-        sample = _take_sample(run, customs, tos, dlq)
-        samples.append(sample)
-        if on_sample is not None:
-            on_sample(sample, expected)
-        delivered = sum(sample.accepted.values())
-        _tick(run, sample.t, delivered, expected)
-        held = _holdings(run)
+
+    def tick(last: Sample | None) -> None:
+        delivered = 0 if last is None else sum(last.accepted.values())
+        _tick(run, time.monotonic() - run.t0, delivered, expected)
+
+    def settled(sample: Sample) -> bool:
+        done = sum(sample.accepted.values()) + sample.dead_lettered >= expected
         quiet = run.kill is None or run.stopped_at is not None
-        if delivered + sample.dead_lettered >= expected and not any(held.values()) and quiet:
-            return samples
-        if time.monotonic() > deadline:
-            return samples
-        time.sleep(interval_s)
+        return done and quiet and not any(_holdings(run).values())
+
+    samples, _ = sample_until_settled(
+        take=lambda: _take_sample(run, customs, tos, dlq),
+        settled=settled,
+        deadline=run.t0 + run.config.timeout_s,
+        interval_s=interval_s,
+        tick=tick,
+        on_sample=None if on_sample is None else lambda s: on_sample(s, expected),
+    )
+    return samples
 
 
 def _pending_keys(run: _Run) -> list[str]:

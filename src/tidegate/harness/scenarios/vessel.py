@@ -57,6 +57,7 @@ from tidegate.harness.burst_run import (
     cleanup_prefix,
     queue_depths,
     rss_fields,
+    sample_until_settled,
     simulated_downstreams,
     worker_env,
 )
@@ -254,33 +255,34 @@ def _sample_until_settled(
     on_sample: Callable[[Sample, int], None] | None,
     interval_s: float,
 ) -> list[Sample]:
-    """Sample every ``interval_s`` until everything published has settled (or timeout)."""
+    """Sample until everything published has settled and the disturbance is over."""
     queues = list(TASK_FOR_QUEUE)
     parking = ParkingLot(run.client, prefix=run.prefix)
     dlq = DeadLetterQueue(run.client, prefix=run.prefix)
     expected = len(run.submissions) - len(run.refused)
-    deadline = run.t0 + run.config.timeout_s
-    samples: list[Sample] = []
-    while True:
+
+    def settled(sample: Sample) -> bool:
+        done = sum(sample.accepted.values()) + sample.dead_lettered >= expected
+        idle = sample.parked == 0 and not any(sample.depth.values())
+        quiet = disturbance is None or not disturbance.busy(sample.t)
+        return done and idle and quiet
+
+    def tick(_last: Sample | None) -> None:
         if disturbance is not None:
             disturbance.tick(run, time.monotonic() - run.t0)
-        try:
-            sample = _take_sample(run, queues, parking, dlq)
-        except (redis.exceptions.RedisError, BackendError, OSError):
-            # Redis is away (a restart, a failover): no sample this period, the run goes on.
-            run.samples_skipped += 1
-        else:
-            samples.append(sample)
-            if on_sample is not None:
-                on_sample(sample, len(run.submissions))
-            settled = sum(sample.accepted.values()) + sample.dead_lettered
-            idle = sample.parked == 0 and not any(sample.depth.values())
-            quiet = disturbance is None or not disturbance.busy(sample.t)
-            if settled >= expected and idle and quiet:
-                return samples
-        if time.monotonic() > deadline:
-            return samples
-        time.sleep(interval_s)
+
+    samples, skipped = sample_until_settled(
+        take=lambda: _take_sample(run, queues, parking, dlq),
+        settled=settled,
+        deadline=run.t0 + run.config.timeout_s,
+        interval_s=interval_s,
+        tick=tick,
+        on_sample=None if on_sample is None else lambda s: on_sample(s, len(run.submissions)),
+        # Redis is away (a restart, a failover): no sample this period, the run goes on.
+        skip=(redis.exceptions.RedisError, BackendError, OSError),
+    )
+    run.samples_skipped += skipped
+    return samples
 
 
 def _outcome(run: RunHandles, broker: RunBroker, accepted: Counter[str]) -> Reconciliation:
