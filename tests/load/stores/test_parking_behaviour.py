@@ -7,6 +7,8 @@ expires), and two movers never get the same message.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from structlog.testing import capture_logs
 
@@ -163,3 +165,32 @@ def test_parking_logs_one_event_without_the_envelope(parking: ParkingStore) -> N
     assert [e["event"] for e in logs] == ["message_parked"]
     assert "SECRET" not in repr(logs)
     assert (logs[0]["reason"], logs[0]["delay_s"]) == ("gate_paused", 5)
+
+
+def test_two_movers_racing_on_threads_move_every_message_exactly_once(
+    parking: ParkingStore, other_parking: ParkingStore
+) -> None:
+    """Two threads (two clients on Redis), one barrier, small claims until the lot is
+    empty: the union is every message, and no message is in both."""
+    ids = {parking.park({"task": "t", "n": n}, delay_s=0, reason="r") for n in range(60)}
+    start = threading.Barrier(2)
+    moved: dict[str, list[str]] = {"a": [], "b": []}
+
+    def mover(name: str, lot: ParkingStore) -> None:
+        start.wait(timeout=10)
+        while batch := lot.claim_due(3):
+            for message in batch:
+                moved[name].append(message.id)
+                lot.ack(message.id)
+
+    threads = [
+        threading.Thread(target=mover, args=(name, lot))
+        for name, lot in (("a", parking), ("b", other_parking))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(moved["a"] + moved["b"]) == sorted(ids)
+    assert parking.depth() == 0
