@@ -9,7 +9,7 @@ at a bounded rate; ``tidegate quarantine replay`` does it on demand).
 Layout (built by :meth:`tidegate.keys.Keyspace.quarantine`)::
 
     <prefix>:{quarantine}:records           hash  key -> record JSON
-    <prefix>:{quarantine}:since             hash  key -> quarantine time (ms, Redis clock)
+    <prefix>:{quarantine}:since             hash  key -> quarantine time (ms, fleet clock)
     <prefix>:{quarantine}:waiting:<queue>   zset  FIFO line per queue, by quarantine time
     <prefix>:{quarantine}:inflight:<queue>  zset  claimed for replay, by lease expiry
     <prefix>:{quarantine}:queues            set   queues with documents
@@ -56,7 +56,7 @@ class QuarantinedDocument:
         reason: why it was shed (``sustained_overload``).
         depth: the queue's depth when it was shed.
         sender: ``"celery"`` or ``"rq"``: how a replay queues it.
-        quarantined_at: Unix seconds on the Redis clock.
+        quarantined_at: Unix seconds on the store's clock (Redis TIME unless one was injected).
     """
 
     key: str
