@@ -42,22 +42,6 @@ def _queued(client: redis.Redis, queue: str) -> list[str]:
     ]
 
 
-def test_a_claim_says_how_many_another_replayer_holds(
-    redis_client: redis.Redis, prefix: str, queues: dict[str, str]
-) -> None:
-    """The count comes from the same atomic step as the claim."""
-    store = Quarantine(redis_client, prefix=prefix)
-    _shed(store, queues["bulk"], 5)
-    first = store.claim_batch(queues["bulk"], 2)
-
-    second = store.claim_batch(queues["bulk"], 2)
-
-    assert [d.key for d in first.documents] == ["k00", "k01"]
-    assert first.in_replay == 0
-    assert [d.key for d in second.documents] == ["k02", "k03"]
-    assert second.in_replay == 2
-
-
 def test_cli_replay_while_another_holds_documents_skips_them_and_says_so(
     redis_client: redis.Redis, redis_url: str, prefix: str, queues: dict[str, str]
 ) -> None:

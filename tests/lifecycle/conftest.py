@@ -1,16 +1,18 @@
 """Four engines behind one harness, so one behaviour suite runs over all of them.
 
-- ``memory``: the lifecycle's driver with an in-memory engine (``memory_engine.py``)
-  and a memory-backed gate; the ledger and the DLQ are the real Redis stores (they
-  have no memory twin yet);
+- ``memory``: the lifecycle's driver with an in-memory engine (``memory_engine.py``),
+  a memory-backed gate, and the memory twins of the DLQ and the parking lot
+  (``tidegate.load.memory``); the ledger is still the real Redis store (it has no
+  memory twin yet);
 - ``celery``: real ``celery worker`` processes on the Redis broker;
 - ``celery-amqp``: the same Celery harness with RabbitMQ as the broker (a vhost of
   its own on the session's RabbitMQ, the project's AMQP preset: quorum queues,
   publisher confirms); Redis still holds the gate, ledger, parking, DLQ and results;
 - ``rq``: real ``rq worker`` processes of tidegate's ``JsonWorker``.
 
-Every engine delivers to a real customs sim on loopback and shares tidegate's Redis
-state (ledger, DLQ, parking) with the test, under the test's prefix. Worker processes
+Every engine delivers to a real customs sim on loopback and shares its stores with
+the test (``engine.dlq``; the real-worker engines' are tidegate's Redis state under
+the test's prefix). Worker processes
 are started per test (the real-worker variants are few) and killed afterwards.
 """
 
@@ -47,6 +49,8 @@ from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEAD
 from tidegate.integrations.rq import JsonSerializer, dead_letter_handler, json_queue
 from tidegate.integrations.rq.engine import ATTEMPT_META, FIRST_FAILED_META
 from tidegate.load import DeadLetterQueue, DeliveryLedger, ParkingLot
+from tidegate.load.memory import MemoryDeadLetterQueue, MemoryParkingLot
+from tidegate.load.protocols import DeadLetterStore
 from tidegate.load.replay import replay_dead_letters
 from tidegate.sim import CustomsSim
 
@@ -76,6 +80,8 @@ class EngineHarness(Protocol):
 
     name: str
     gate: Gate
+    #: Where the engine's dead letters go (Redis, or the memory twin).
+    dlq: DeadLetterStore
 
     def run(
         self, envelope: Mapping[str, Any], *, attempt: int = 0, first_failed_at: float | None = None
@@ -126,7 +132,8 @@ class MemoryHarness:
         self.gate = Gate(MemoryBackend(), "customs", prefix=prefix)
         self.gate.configure(rate=100, burst=10)
         self.http = DownstreamClient("customs", sim.url, feedback=self.gate)
-        self.dlq = DeadLetterQueue(client, prefix=prefix)
+        self.dlq = MemoryDeadLetterQueue()
+        self.lot = MemoryParkingLot()
         self.stores = Stores(self.gate, DeliveryLedger(client, prefix=prefix), self.dlq)
         self.policy = LifecyclePolicy(max_wait_s=MAX_WAIT_S, retry=POLICY)
         self.engine = MemoryEngine(
@@ -135,6 +142,7 @@ class MemoryHarness:
             ),
             confirm=lambda key: self.http.lookup(LOOKUP, idempotency_key=key) is not None,
             required_fields=REQUIRED,
+            lot=self.lot,
         )
 
     def run(
@@ -158,7 +166,7 @@ class MemoryHarness:
         assert self.dlq.get(key) is None
 
     def parked(self) -> list[str]:
-        return [unit.key for unit, _ in self.engine.parked]
+        return [key for page in self.lot.iter_keys(100) for key in page]
 
     def close(self) -> None:
         self.http.close()

@@ -1,8 +1,10 @@
-"""An in-memory engine for the unit lifecycle: a list for a broker, a list for parking.
+"""An in-memory engine for the unit lifecycle: a list for a broker, a lot for parking.
 
-Only the engine side is faked; the lifecycle and its driver are the ones Celery and
-RQ run. A "worker killed mid-call" is a ``WorkerKilled`` (a ``BaseException``, as a
-SIGKILL is nothing the worker can handle) raised after the downstream took the call.
+Only the engine side is in memory; the lifecycle and its driver are the ones Celery
+and RQ run, and parking goes into a :class:`~tidegate.load.protocols.ParkingStore`
+(the memory twin in the memory harness) the way the Celery engine parks. A "worker
+killed mid-call" is a ``WorkerKilled`` (a ``BaseException``, as a SIGKILL is nothing
+the worker can handle) raised after the downstream took the call.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any, NoReturn
 
 from tidegate.delivery import Unit, Verdict, check_required_fields
 from tidegate.load import DeadLetter
+from tidegate.load.memory import MemoryParkingLot
+from tidegate.load.protocols import ParkingStore
 
 
 class WorkerKilled(BaseException):
@@ -27,6 +31,8 @@ class MemoryEngine:
         body: the unit's downstream call.
         confirm: the downstream lookup (``True``: it has the key).
         required_fields: envelope keys a unit must have.
+        lot: where :meth:`park` parks the unit's envelope (key, task, args, attempt,
+            first failure, replay), as the Celery engine does.
         parked: what :meth:`park` was given, in order.
         die_after_call: the next call dies (``WorkerKilled``) once the body returned.
     """
@@ -34,6 +40,7 @@ class MemoryEngine:
     body: Callable[..., Any]
     confirm: Callable[[str], bool | None]
     required_fields: tuple[str, ...] = ()
+    lot: ParkingStore = field(default_factory=MemoryParkingLot)
     parked: list[tuple[Unit, Verdict]] = field(default_factory=list)
     die_after_call: bool = False
     name: str = "memory"
@@ -53,6 +60,17 @@ class MemoryEngine:
         return self.confirm(unit.key)
 
     def park(self, unit: Unit, verdict: Verdict, first_failed_at: float | None) -> Any:
+        envelope = {
+            "key": unit.key,
+            "task": unit.task,
+            "args": list(unit.args),
+            "kwargs": dict(unit.kwargs),
+            "queue": unit.queue,
+            "attempt": verdict.attempt,
+            "replay": unit.replay,
+            **({} if first_failed_at is None else {"first_failed_at": first_failed_at}),
+        }
+        self.lot.park(envelope, delay_s=verdict.delay_s, reason=verdict.reason)
         self.parked.append(
             (replace(unit, attempt=verdict.attempt, first_failed_at=first_failed_at), verdict)
         )

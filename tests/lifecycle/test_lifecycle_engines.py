@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState
+from tidegate.load import DeliveryLedger, DeliveryState
 from tidegate.sim import CustomsSim
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -76,7 +76,7 @@ def test_a_malformed_unit_is_dead_lettered_with_the_reason_before_the_gate(
         "tidegate": "dead_lettered",
         "reason": "malformed unit: envelope lacks 'body'",
     }
-    letter = DeadLetterQueue(redis_client, prefix=prefix).get("malformed-1")
+    letter = engine.dlq.get("malformed-1")
     assert letter is not None
     assert (letter.engine, letter.exception) == (engine.name, "MalformedUnit")
     assert sim.accepted_keys() == []
@@ -93,7 +93,7 @@ def test_a_unit_the_gate_cannot_admit_is_parked_not_held(
     assert outcome["reason"].startswith("gate_")
     assert engine.parked() == ["parked-1"]
     assert sim.accepted_keys() == []
-    assert len(DeadLetterQueue(redis_client, prefix=prefix)) == 0
+    assert len(engine.dlq) == 0
 
 
 def test_a_refused_document_is_dead_lettered_and_a_replay_resolves_the_letter(
@@ -105,7 +105,7 @@ def test_a_refused_document_is_dead_lettered_and_a_replay_resolves_the_letter(
     sim.reject_keys(["refused-1"])
     outcome = engine.run(envelope("refused-1"))
     assert outcome["tidegate"] == "dead_lettered"
-    dlq = DeadLetterQueue(redis_client, prefix=prefix)
+    dlq = engine.dlq
     letter = dlq.get("refused-1")
     assert letter is not None
     assert letter.reason.startswith("downstream rejected the document (HTTP 422")
@@ -132,6 +132,6 @@ def test_attempts_spent_dead_letter_only_past_the_horizon(
         "reason": "retries exhausted after 6 attempts (DownstreamUnavailable)",
     }
     assert engine.parked() == ["young-1"]
-    letter = DeadLetterQueue(redis_client, prefix=prefix).get("old-1")
+    letter = engine.dlq.get("old-1")
     assert letter is not None
     assert letter.attempts == 6

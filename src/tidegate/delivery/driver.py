@@ -27,11 +27,11 @@ from tidegate.delivery.lifecycle import LifecyclePolicy, Requeue, lifecycle
 from tidegate.delivery.unit import Unit, dead_letter_for
 from tidegate.delivery.verdict import Verdict, fleet_now_s
 from tidegate.errors import BackendError
+from tidegate.load.protocols.dlq import DeadLetterStore
 from tidegate.logging import get_logger, key_hash
 
 if TYPE_CHECKING:
     from tidegate.flow import Gate
-    from tidegate.load.dlq import DeadLetter
     from tidegate.load.ledger import LedgerEntry
 
 __all__ = [
@@ -83,11 +83,6 @@ class LedgerStore(Protocol):
     def sending(self, downstream: str, key: str) -> Any: ...
     def refused(self, downstream: str, key: str) -> None: ...
     def mark(self, downstream: str, key: str) -> None: ...
-
-
-class DeadLetterStore(Protocol):
-    def add(self, letter: DeadLetter) -> DeadLetter: ...
-    def remove(self, key: str) -> bool: ...
 
 
 class OutstandingStore(Protocol):

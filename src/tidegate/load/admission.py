@@ -46,6 +46,7 @@ from tidegate.errors import ConfigurationError, LoadShed
 from tidegate.keys import DEFAULT_PREFIX
 from tidegate.load.depth import DepthProbe, QueueDepth
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
+from tidegate.load.protocols.quarantine import QuarantineStore
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.load.shedding import SheddingPolicy
 from tidegate.load.watermarks import LoadBoard, LoadState, Watermarks, WatermarkStore, advance
@@ -181,7 +182,7 @@ class Admission:
         tasks: Mapping[str, str],
         *,
         probe: DepthProbe,
-        quarantine: Quarantine,
+        quarantine: QuarantineStore,
         policy: SheddingPolicy | None = None,
         watermarks: WatermarkStore | None = None,
         board: LoadBoard | None = None,

@@ -137,9 +137,10 @@ class DeadLetterQueue:
     Args:
         client: a sync Redis client.
         prefix: key prefix (keys: :meth:`tidegate.keys.Keyspace.dlq`).
-        clock: ms since the epoch for replay marks; ``None`` = Redis ``TIME``, the
-            fleet clock (tests pass a :class:`~tidegate.flow.backends.memory.ManualClock`'s
-            ``now_ms``).
+        clock: ms since the epoch for replay marks, failure times and ages; ``None`` =
+            Redis ``TIME`` (the fleet clock) for replay marks and this host's wall clock
+            for failure times, as a worker records them (tests pass a
+            :class:`~tidegate.flow.backends.memory.ManualClock`'s ``now_ms``).
     """
 
     def __init__(
@@ -163,6 +164,11 @@ class DeadLetterQueue:
         with map_redis_errors("dlq clock"):
             seconds, micros = self.client.time()
         return seconds * 1000.0 + micros / 1000.0
+
+    def _wall_s(self) -> float:
+        """Failure times: the injected clock, else this host's (first_failed_at is a
+        worker's wall time, compared with wall times elsewhere)."""
+        return time.time() if self._clock is None else float(self._clock()) / 1000.0
 
     def _letters(self, keys: Sequence[str] | Sequence[bytes]) -> list[DeadLetter | None]:
         """The records of ``keys`` with their replay marks, in one round trip."""
@@ -196,7 +202,7 @@ class DeadLetterQueue:
         Writing a letter ends any replay mark on it: the unit has come back, so it is
         replayable again (``attempts`` counts the failed replay).
         """
-        now = time.time()
+        now = self._wall_s()
         with map_redis_errors("dead-letter"):
             previous = self.get(letter.key)
             first = previous.first_failed_at if previous else (letter.first_failed_at or now)
@@ -308,7 +314,7 @@ class DeadLetterQueue:
 
     def expire(self, *, older_than_s: float) -> int:
         """Remove records first failed more than ``older_than_s`` ago; report the count."""
-        cutoff = time.time() - older_than_s
+        cutoff = self._wall_s() - older_than_s
         with map_redis_errors("dlq expire"):
             keys = self.client.zrangebyscore(self._order, "-inf", cutoff)
             if keys:
@@ -338,5 +344,5 @@ class DeadLetterQueue:
             "in_replay": in_replay,
             "dead_lettered_total": int(counters.get(b"dead_lettered_total", 0)),
             "expired_total": int(counters.get(b"expired_total", 0)),
-            "oldest_age_s": int(time.time() - oldest[0][1]) if oldest else 0,
+            "oldest_age_s": int(self._wall_s() - oldest[0][1]) if oldest else 0,
         }

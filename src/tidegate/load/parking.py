@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -45,14 +45,28 @@ class ParkingLot:
     Args:
         client: a sync Redis client.
         prefix: key prefix (keys: :meth:`tidegate.keys.Keyspace.parking`).
+        clock: ms since the epoch for due times and leases; ``None`` = Redis ``TIME``,
+            the fleet clock (tests pass a
+            :class:`~tidegate.flow.backends.memory.ManualClock`'s ``now_ms``).
     """
 
-    def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.client = client
+        self._clock = clock
         keys = Keyspace(prefix).parking()
         self._due, self._envelopes, self._inflight = keys.due, keys.env, keys.inflight
         self._park = client.register_script(lua_script("park", "tidegate.load"))
         self._claim = client.register_script(lua_script("lease_claim", "tidegate.load"))
+
+    def _now_arg(self) -> str:
+        """The scripts' ``now_ms``: "" lets them read Redis ``TIME``."""
+        return "" if self._clock is None else repr(float(self._clock()))
 
     def park(self, envelope: Mapping[str, Any], *, delay_s: float, reason: str) -> str:
         """Store ``envelope`` until ``delay_s`` from now (fleet clock); return its id."""
@@ -61,7 +75,7 @@ class ParkingLot:
         with map_redis_errors("park"):
             self._park(
                 [self._due, self._envelopes],
-                ["", repr(max(0.0, delay_s) * 1000.0), message_id, body],
+                [self._now_arg(), repr(max(0.0, delay_s) * 1000.0), message_id, body],
             )
         log.info(
             "message_parked",
@@ -76,7 +90,8 @@ class ParkingLot:
         """Claim up to ``limit`` due messages; :meth:`ack` each after republishing it."""
         with map_redis_errors("claim parked"):
             _held, *flat = self._claim(
-                [self._due, self._inflight, self._envelopes], ["", limit, CLAIM_LEASE_MS, "due"]
+                [self._due, self._inflight, self._envelopes],
+                [self._now_arg(), limit, CLAIM_LEASE_MS, "due"],
             )
         return [
             ParkedMessage(flat[i].decode(), json.loads(flat[i + 1])) for i in range(0, len(flat), 3)
@@ -117,6 +132,9 @@ class ParkingLot:
             )
             if not first:
                 return None
-            seconds, micros = self.client.time()
-        now_ms = seconds * 1000 + micros / 1000
+            if self._clock is None:
+                seconds, micros = self.client.time()
+                now_ms = seconds * 1000 + micros / 1000
+            else:
+                now_ms = float(self._clock())
         return max(0.0, (first[0][1] - now_ms) / 1000.0)

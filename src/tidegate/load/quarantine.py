@@ -9,7 +9,7 @@ at a bounded rate; ``tidegate quarantine replay`` does it on demand).
 Layout (built by :meth:`tidegate.keys.Keyspace.quarantine`)::
 
     <prefix>:{quarantine}:records           hash  key -> record JSON
-    <prefix>:{quarantine}:since             hash  key -> quarantine time (ms, Redis clock)
+    <prefix>:{quarantine}:since             hash  key -> quarantine time (ms, fleet clock)
     <prefix>:{quarantine}:waiting:<queue>   zset  FIFO line per queue, by quarantine time
     <prefix>:{quarantine}:inflight:<queue>  zset  claimed for replay, by lease expiry
     <prefix>:{quarantine}:queues            set   queues with documents
@@ -25,7 +25,7 @@ absorbs downstream.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
@@ -56,7 +56,7 @@ class QuarantinedDocument:
         reason: why it was shed (``sustained_overload``).
         depth: the queue's depth when it was shed.
         sender: ``"celery"`` or ``"rq"``: how a replay queues it.
-        quarantined_at: Unix seconds on the Redis clock.
+        quarantined_at: Unix seconds on the store's clock (Redis TIME unless one was injected).
     """
 
     key: str
@@ -105,10 +105,20 @@ class Quarantine:
     Args:
         client: a sync Redis client.
         prefix: key prefix (see the module docstring for the keys).
+        clock: ms since the epoch for quarantine times, leases and ages; ``None`` =
+            Redis ``TIME``, the fleet clock (tests pass a
+            :class:`~tidegate.flow.backends.memory.ManualClock`'s ``now_ms``).
     """
 
-    def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.client = client
+        self._clock = clock
         self._keys = keys = Keyspace(prefix).quarantine()
         self._records, self._since, self._queues, self._stats = (
             keys.records,
@@ -119,6 +129,16 @@ class Quarantine:
         self._add = client.register_script(lua_script("quarantine_add", "tidegate.load"))
         self._claim = client.register_script(lua_script("lease_claim", "tidegate.load"))
         self._ack = client.register_script(lua_script("quarantine_ack", "tidegate.load"))
+
+    def _now_arg(self) -> str:
+        """The scripts' ``now_ms``: "" lets them read Redis ``TIME``."""
+        return "" if self._clock is None else repr(float(self._clock()))
+
+    def _now_ms(self) -> float:
+        if self._clock is not None:
+            return float(self._clock())
+        seconds, micros = self.client.time()
+        return seconds * 1000.0 + micros / 1000.0
 
     def _waiting(self, queue: str) -> str:
         return self._keys.waiting(queue)
@@ -143,7 +163,13 @@ class Quarantine:
                     self._queues,
                     self._stats,
                 ],
-                ["", document.key, document._record(), document.queue, document.document_class],
+                [
+                    self._now_arg(),
+                    document.key,
+                    document._record(),
+                    document.queue,
+                    document.document_class,
+                ],
             )
         stored = QuarantinedDocument(
             **{**asdict(document), "quarantined_at": float(since) / 1000.0}
@@ -183,7 +209,7 @@ class Quarantine:
                 return QuarantineClaim([], int(self.client.zcard(self._inflight(queue))))
             held, *flat = self._claim(
                 [self._waiting(queue), self._inflight(queue), self._records, self._since],
-                ["", int(limit), int(lease_ms), "oldest"],
+                [self._now_arg(), int(limit), int(lease_ms), "oldest"],
             )
         documents = [
             QuarantinedDocument._load(flat[i + 1], float(flat[i + 2]))
@@ -308,8 +334,7 @@ class Quarantine:
             for queue in depth:
                 pipe.zrange(self._waiting(queue), 0, 0, withscores=True)
             firsts = pipe.execute() if depth else []
-            seconds, micros = self.client.time()
-        now_ms = seconds * 1000.0 + micros / 1000.0
+            now_ms = self._now_ms()
         oldest = [rows[0][1] for rows in firsts if rows]
         shed: dict[str, int] = {}
         replayed: dict[str, int] = {}
@@ -332,5 +357,4 @@ class Quarantine:
     def now(self) -> float:
         """The fleet clock, Unix seconds (for ages in listings)."""
         with map_redis_errors("quarantine clock"):
-            seconds, micros = self.client.time()
-        return float(seconds) + micros / 1e6
+            return self._now_ms() / 1000.0

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from tidegate.errors import ConfigurationError
 from tidegate.flow import RateLimiter
-from tidegate.load.dlq import DEFAULT_REPLAY_HOLD_S, DeadLetter, DeadLetterQueue, ReplayMark
+from tidegate.load.dlq import DEFAULT_REPLAY_HOLD_S, DeadLetter, ReplayMark
+from tidegate.load.protocols.dlq import DeadLetterStore
 from tidegate.logging import get_logger, key_hash
 
 __all__ = ["DEFAULT_REPLAY_LIMIT", "ReplayResult", "replay_dead_letters"]
@@ -49,7 +50,7 @@ class ReplayResult:
 
 
 def replay_dead_letters(
-    dlq: DeadLetterQueue,
+    dlq: DeadLetterStore,
     publish: Callable[[DeadLetter], None],
     *,
     limit: int = DEFAULT_REPLAY_LIMIT,
@@ -61,7 +62,7 @@ def replay_dead_letters(
     """Republish up to ``limit`` records not already in replay, oldest first.
 
     Args:
-        dlq: where the records are.
+        dlq: where the records are (Redis, or its memory twin).
         publish: sends one record's task back to its queue (the integration's job). It
             gets the record as it was before this replay, so ``letter.replays + 1`` is
             this replay's number. If it raises, the mark is undone and the error

@@ -19,7 +19,7 @@ from celery import Celery
 from tidegate.errors import BackendError
 from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEADER, REPLAY_HEADER
 from tidegate.integrations.celery.sweep import OrphanSweep
-from tidegate.load import ParkingLot
+from tidegate.load.protocols import ParkingStore
 from tidegate.logging import get_logger
 
 __all__ = ["ParkingMover"]
@@ -41,7 +41,7 @@ class ParkingMover:
     def __init__(
         self,
         app: Celery,
-        lot: ParkingLot,
+        lot: ParkingStore,
         *,
         interval_s: float = 0.25,
         batch: int = 200,

@@ -35,7 +35,7 @@ from tidegate.errors import ConfigurationError
 from tidegate.integrations.celery.depth import RedisDepthProbe
 from tidegate.integrations.celery.sweep_index import SweepIndex
 from tidegate.integrations.celery.tracking import track_publishes
-from tidegate.load import DeliveryLedger, DeliveryState, ParkingLot
+from tidegate.load import DeliveryLedger, DeliveryState
 from tidegate.load.outstanding import (
     DEFAULT_MISSES,
     LANE_HEADER,
@@ -44,6 +44,7 @@ from tidegate.load.outstanding import (
     OutstandingUnit,
     find_orphans,
 )
+from tidegate.load.protocols import ParkingStore
 from tidegate.logging import get_logger, key_hash
 from tidegate.settings import DEFAULT_SWEEP_INTERVAL_S
 
@@ -104,7 +105,7 @@ class OrphanSweep:
         outstanding: Outstanding,
         *,
         ledger: DeliveryLedger,
-        parking: ParkingLot,
+        parking: ParkingStore,
         broker: RedisDepthProbe,
         interval_s: float = DEFAULT_SWEEP_INTERVAL_S,
         misses: int = DEFAULT_MISSES,
