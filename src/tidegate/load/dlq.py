@@ -244,6 +244,8 @@ class DeadLetterQueue:
         self, *, reason: str | None = None, batch_id: str | None = None, limit: int | None = None
     ) -> Iterator[DeadLetter]:
         """Records oldest first, filtered by a reason substring and/or batch id."""
+        if limit is not None and limit < 1:
+            return
         yielded = 0
         for start in range(0, len(self), 500):
             with map_redis_errors("dlq list"):

@@ -278,6 +278,8 @@ class Quarantine:
         self, *, queue: str | None = None, limit: int | None = None
     ) -> Iterator[QuarantinedDocument]:
         """Waiting documents, oldest first per queue (claimed ones are not listed)."""
+        if limit is not None and limit < 1:
+            return
         yielded = 0
         for name in [queue] if queue is not None else self.queues():
             start = 0

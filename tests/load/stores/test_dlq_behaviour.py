@@ -351,3 +351,13 @@ def test_bad_limits_are_configuration_errors(
     assert letter is not None
     assert letter.in_replay_until is None
     assert letter.replays == 0
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2])
+def test_a_listing_gives_at_most_its_limit(dlq: DeadLetterStore, limit: int) -> None:
+    """``limit=0`` lists nothing (it used to list one record)."""
+    _fill(dlq, 3)
+
+    assert [letter.key for letter in dlq.iter(limit=limit)] == [
+        f"key-{i:03d}" for i in range(limit)
+    ]

@@ -213,3 +213,11 @@ def test_purge_deletes_and_reports(quarantine: QuarantineStore) -> None:
     assert [e["event"] for e in logs] == ["quarantine_purged"]
     quarantine.add(doc("a"))  # a purged key is new again
     assert [d.key for d in quarantine.claim(BULK, 5)] == ["a"]
+
+
+def test_a_listing_gives_at_most_its_limit(quarantine: QuarantineStore) -> None:
+    """``limit=0`` lists nothing (it used to list one document)."""
+    for i in range(3):
+        quarantine.add(doc(f"k{i}"))
+
+    assert [len(list(quarantine.iter(limit=n))) for n in (0, 1, 2, 5)] == [0, 1, 2, 3]

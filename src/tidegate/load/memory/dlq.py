@@ -103,6 +103,8 @@ class MemoryDeadLetterQueue:
         Read a page at a time, like the Redis queue: a letter's replay mark is as it
         was when its page was read (a replay asks again, atomically, before taking it).
         """
+        if limit is not None and limit < 1:
+            return
         yielded = 0
         with self._lock:
             keys = [key for _, key in sorted((first, key) for key, first in self._order.items())]
