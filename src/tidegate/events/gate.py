@@ -42,7 +42,11 @@ class GateThrottled(Event):
 
 @dataclass(frozen=True, slots=True)
 class GatePaused(Event):
-    """A fleet-wide pause was set or extended (after a 429, or by an operator)."""
+    """A fleet-wide pause was asked for (after a 429, or by an operator).
+
+    ``extended`` says whether it moved the pause's end (``until_ms``): a pause is never
+    shortened, so a shorter one than the current leaves it and says ``False``.
+    """
 
     EVENT: ClassVar[str] = "downstream_gate_paused"
     LEVEL: ClassVar[Level] = "warning"
