@@ -30,6 +30,7 @@ from tidegate.events import (
     GateResumed,
     GateThrottled,
     LetterReplayed,
+    LetterResolved,
     MessageParked,
     UnitDeadLettered,
     capture_events,
@@ -197,6 +198,8 @@ def test_dead_letters_and_their_replay_are_captured_by_key_hash(
     assert {r.key_hash for r in replayed} == {key_hash("BL-MALFORMED"), key_hash("BL-REFUSED")}
     assert all(r.replays == 1 for r in replayed)
     assert sim.accepted_keys() == ["BL-REFUSED"]
+    (resolved,) = of(LetterResolved, events)  # only the delivered replay resolves its letter
+    assert (resolved.key_hash, resolved.engine) == (key_hash("BL-REFUSED"), "memory")
     for event in events:
         assert "BL-" not in json.dumps(event.log_fields(), default=str)
 

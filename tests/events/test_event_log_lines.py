@@ -34,6 +34,7 @@ from tidegate.events import (
     JobParked,
     LetterReplayed,
     LetterReplaySkipped,
+    LetterResolved,
     MessageParked,
     QuarantineReplayed,
     RateChanged,
@@ -137,6 +138,13 @@ PINNED: list[tuple[Event, str, str, str, set[str]]] = [
         "info",
         "tidegate.load",
         {"key_hash", "task", "in_replay_until"},
+    ),
+    (
+        LetterResolved("edi.customs.submit", "customs", "celery", H),
+        "dlq_item_resolved",
+        "info",
+        "tidegate.delivery",
+        {"task", "downstream", "engine", "key_hash"},
     ),
     (
         DocumentShed(H, "BULK_BL_PDF", "bulk", "sustained_overload", 12, False),

@@ -39,6 +39,7 @@ from tidegate.events.units import (
     JobParked,
     LetterReplayed,
     LetterReplaySkipped,
+    LetterResolved,
     MessageParked,
     UnitDeadLettered,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "JobParked",
     "LetterReplaySkipped",
     "LetterReplayed",
+    "LetterResolved",
     "Level",
     "LogSubscriber",
     "MessageParked",

@@ -15,6 +15,7 @@ __all__ = [
     "JobParked",
     "LetterReplaySkipped",
     "LetterReplayed",
+    "LetterResolved",
     "MessageParked",
     "UnitDeadLettered",
 ]
@@ -87,6 +88,19 @@ class LetterReplayed(Event):
     replays: int
     in_replay_until: float | None
     batch_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LetterResolved(Event):
+    """A replayed unit was delivered: its dead letter is removed."""
+
+    EVENT: ClassVar[str] = "dlq_item_resolved"
+    COMPONENT: ClassVar[str] = "tidegate.delivery"
+
+    task: str
+    downstream: str
+    engine: str
+    key_hash: str
 
 
 @dataclass(frozen=True, slots=True)
