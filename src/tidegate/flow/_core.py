@@ -209,11 +209,11 @@ class Limit:
             )
 
     def refusal(self, result: AcquireResult) -> Decision:
-        """Turn a refused try-only answer into a :class:`Decision`, and log it.
+        """Turn a refused try-only answer into a :class:`Decision`, and emit it.
 
-        Every refusal is a throttle decision and one event (the fleet-wide throttle
-        counters are built from these events); only refusals are logged, so admitted
-        calls — the hot path — pay nothing for it.
+        Every refusal is a throttle decision and one :class:`~tidegate.events.GateThrottled`
+        (the fleet-wide throttle counters subscribe to these events); only refusals are
+        emitted, so admitted calls — the hot path — pay nothing for it.
         """
         wait_s = result.wait_ms / 1000.0
         reason = result.status.name.lower()
