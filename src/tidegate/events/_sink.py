@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import structlog
 
@@ -115,7 +114,7 @@ def reset_defaults() -> None:
     _default = fresh
 
 
-@contextmanager
+@contextlib.contextmanager
 def capture_events() -> Iterator[list[Event]]:
     """Collect every event emitted to the default sink inside the block, in order.
 
