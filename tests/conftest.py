@@ -18,6 +18,7 @@ import pytest
 import redis
 import structlog
 
+import tidegate.events
 from tidegate._redis import client_from_url
 from tidegate.errors import ConfigurationError
 from tidegate.redis_server import EmbeddedRedis
@@ -108,6 +109,7 @@ def redis_client(redis_url: str, prefix: str) -> Iterator[redis.Redis]:
 def _reset_structlog() -> Iterator[None]:
     yield
     structlog.reset_defaults()
+    tidegate.events.reset_defaults()  # drops counters a test subscribed
 
 
 #: How long a test's own background threads may take to end after its teardown.

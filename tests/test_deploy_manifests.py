@@ -18,6 +18,7 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tidegate.events import DownstreamAnswered429, GatePaused, GateThrottled
 from tidegate.load.depth import QueueDepth
 from tidegate.load.dlq import DeadLetter, DeadLetterQueue
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
@@ -109,11 +110,11 @@ def exported(redis_client: redis.Redis, prefix: str) -> set[str]:
     )
     counters = EventCounters(redis_client, prefix=prefix)
     for event in (
-        {"event": "downstream_gate_throttled", "reason": "rate", "mode": "reserve", "wait_s": 0.2},
-        {"event": "downstream_gate_paused", "reason": "http_429", "pause_s": 5.0},
-        {"event": "downstream_throttled", "status": 429},
+        GateThrottled("customs", "rate", 0.2, 0, "reserve"),
+        GatePaused("customs", 5.0, "http_429", extended=False, until_ms=0),
+        DownstreamAnswered429(None, False, "customs", "/declarations", 429, "0" * 16),
     ):
-        counters(None, "info", {**event, "downstream": "customs"})
+        counters(event)
     assert counters.dropped == 0
     quarantine = Quarantine(redis_client, prefix=prefix)
     for key in ("q1", "q2"):

@@ -1,9 +1,12 @@
 """Structured JSON logging: one event per decision, never a payload.
 
 ``configure()`` is called once by every entry point (CLI, worker, demo). Library code
-only does ``log = get_logger(__name__)`` and ``log.info("downstream_gate_throttled",
-downstream=..., wait_s=...)``: the event name and keys are the stable contract that
-dashboards and alerts are built on, so they are snake_case and never renamed lightly.
+does ``log = get_logger(__name__)`` and ``log.warning("gate_lease_lost", downstream=...)``
+for start-up, error and diagnostic lines; a *decision* (throttle, pause, park, dead
+letter, shed, replay, scale signal, rate change) is a typed event instead
+(:mod:`tidegate.events`), which this logger renders as one line among its subscribers.
+Either way the event name and keys are the stable contract that dashboards and alerts
+are built on, so they are snake_case and never renamed lightly.
 
 The :class:`RedactSensitive` processor is the safety net under the rule "never log a
 payload, a raw segment or a personal field": any key on its deny list is replaced by

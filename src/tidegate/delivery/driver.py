@@ -27,6 +27,7 @@ from tidegate.delivery.lifecycle import LifecyclePolicy, Requeue, lifecycle
 from tidegate.delivery.unit import Unit, dead_letter_for
 from tidegate.delivery.verdict import Verdict, fleet_now_s
 from tidegate.errors import BackendError
+from tidegate.events import LetterResolved, emit
 from tidegate.load.protocols.dlq import DeadLetterStore
 from tidegate.logging import get_logger, key_hash
 
@@ -235,7 +236,7 @@ class _Run:
                 return None
             case steps.ResolveReplay():
                 if stores.dlq.remove(unit.key):
-                    log.info("dlq_item_resolved", **self.fields)
+                    emit(LetterResolved(**self.fields))
                 return None
             case steps.Forget():
                 # A stale record costs one sweep a ledger lookup, nothing more.

@@ -41,6 +41,7 @@ from tidegate.downstream._classify import (
 )
 from tidegate.downstream._report import CallObserver, observe_failure, observe_response
 from tidegate.errors import ConfigurationError, DownstreamRejected, DownstreamThrottled
+from tidegate.events import DownstreamAnswered429, emit
 from tidegate.logging import get_logger, key_hash
 
 __all__ = [
@@ -231,8 +232,15 @@ class _ClientCore:
         error = outcome.error()
         assert error is not None
         if isinstance(error, DownstreamThrottled):
-            log.warning(
-                "downstream_throttled", retry_after_s=outcome.retry_after_s, paused=paused, **fields
+            emit(
+                DownstreamAnswered429(
+                    outcome.retry_after_s,
+                    paused,
+                    self.name,
+                    path,
+                    outcome.status,
+                    key_hash(idempotency_key),
+                )
             )
             raise error from pause_error
         if outcome.kind == "unavailable":

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 from tidegate.errors import ConfigurationError, Throttled
+from tidegate.events import GatePausedAfterReserve, GatePauseWaited, GateThrottled, emit
 from tidegate.flow.backends.base import (
     AcquireParams,
     AcquireResult,
@@ -208,22 +209,15 @@ class Limit:
             )
 
     def refusal(self, result: AcquireResult) -> Decision:
-        """Turn a refused try-only answer into a :class:`Decision`, and log it.
+        """Turn a refused try-only answer into a :class:`Decision`, and emit it.
 
-        Every refusal is a throttle decision and one event (the fleet-wide throttle
-        counters are built from these events); only refusals are logged, so admitted
-        calls — the hot path — pay nothing for it.
+        Every refusal is a throttle decision and one :class:`~tidegate.events.GateThrottled`
+        (the fleet-wide throttle counters subscribe to these events); only refusals are
+        emitted, so admitted calls — the hot path — pay nothing for it.
         """
         wait_s = result.wait_ms / 1000.0
         reason = result.status.name.lower()
-        log.info(
-            "downstream_gate_throttled",
-            downstream=self.name,
-            reason=reason,
-            wait_s=round(wait_s, 4),
-            tokens_left=result.remaining,
-            mode="try",
-        )
+        emit(GateThrottled(self.name, reason, round(wait_s, 4), result.remaining, "try"))
         return Decision(False, wait_s, result.remaining, reason)
 
     def admission(
@@ -248,13 +242,10 @@ class Limit:
             wait_s = result.wait_ms / 1000.0
             if result.status is Status.ADMITTED:
                 if wait_s > 0:
-                    log.info(
-                        "downstream_gate_throttled",
-                        downstream=self.name,
-                        reason="rate",
-                        wait_s=round(wait_s, 4),
-                        tokens_left=result.remaining,
-                        mode="reserve",
+                    emit(
+                        GateThrottled(
+                            self.name, "rate", round(wait_s, 4), result.remaining, "reserve"
+                        )
                     )
                     slept = yield Sleep(wait_s)
                     if self.check_pause:
@@ -265,11 +256,12 @@ class Limit:
                             # 429): the reserved slot is dropped, the lease given back,
                             # and the loop decides again, so the pause is waited out or
                             # parked on like any other and a fresh slot is reserved.
-                            log.info(
-                                "downstream_gate_paused_after_reserve",
-                                downstream=self.name,
-                                wait_s=round(check.wait_ms / 1000.0, 4),
-                                slot_forfeited_s=round(wait_s, 4),
+                            emit(
+                                GatePausedAfterReserve(
+                                    self.name,
+                                    wait_s=round(check.wait_ms / 1000.0, 4),
+                                    slot_forfeited_s=round(wait_s, 4),
+                                )
                             )
                             if result.leased:
                                 yield Release(holder, max(1, self.concurrency))
@@ -281,28 +273,17 @@ class Limit:
             if result.status is Status.RATE or (
                 result.status is Status.PAUSED and wait_s > budget_s
             ):
-                log.info(
-                    "downstream_gate_throttled",
-                    downstream=self.name,
-                    reason=result.status.name.lower(),
-                    wait_s=round(wait_s, 4),
-                    tokens_left=result.remaining,
-                    mode="refused",
+                reason = result.status.name.lower()
+                emit(
+                    GateThrottled(self.name, reason, round(wait_s, 4), result.remaining, "refused")
                 )
-                raise Throttled(self.name, wait_s, reason=result.status.name.lower())
+                raise Throttled(self.name, wait_s, reason=reason)
             if result.status is Status.PAUSED:
-                log.info("downstream_gate_paused", downstream=self.name, wait_s=round(wait_s, 4))
+                emit(GatePauseWaited(self.name, round(wait_s, 4)))
                 sent = yield Sleep(wait_s)
             else:  # CONCURRENCY: wait for a release, at most until the oldest lease expires
                 if budget_s <= 0:
-                    log.info(
-                        "downstream_gate_throttled",
-                        downstream=self.name,
-                        reason="concurrency",
-                        wait_s=round(wait_s, 4),
-                        tokens_left=0,
-                        mode="refused",
-                    )
+                    emit(GateThrottled(self.name, "concurrency", round(wait_s, 4), 0, "refused"))
                     raise Throttled(self.name, wait_s, reason="concurrency")
                 sent = yield WaitReleased(max(0.001, min(wait_s, budget_s)))
             assert isinstance(sent, float)

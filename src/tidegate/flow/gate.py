@@ -25,6 +25,7 @@ import redis
 
 from tidegate._redis import map_redis_errors
 from tidegate.errors import ConfigurationError
+from tidegate.events import GatePaused, GateResumed, emit
 from tidegate.flow._control import AsyncControl, SyncControl
 from tidegate.flow._core import DEFAULT_MAX_WAIT_S, Decision, Limit
 from tidegate.flow.backends.base import GateSnapshot
@@ -198,14 +199,7 @@ def _pause_ms(seconds: float) -> float:
 
 
 def _log_pause(name: str, seconds: float, reason: str, until_ms: float, extended: bool) -> None:
-    log.warning(
-        "downstream_gate_paused",
-        downstream=name,
-        pause_s=round(seconds, 3),
-        reason=reason,
-        extended=extended,
-        until_ms=round(until_ms),
-    )
+    emit(GatePaused(name, round(seconds, 3), reason, extended, round(until_ms)))
 
 
 class Gate(SyncControl):
@@ -275,7 +269,7 @@ class Gate(SyncControl):
     def resume(self) -> None:
         """End a pause now."""
         self.backend.resume(self.limit.keys)
-        log.warning("downstream_gate_resumed", downstream=self.name)
+        emit(GateResumed(self.name))
 
     def configure(
         self,
@@ -349,7 +343,7 @@ class AsyncGate(AsyncControl):
     async def resume(self) -> None:
         """End a pause now."""
         await self.backend.resume(self.limit.keys)
-        log.warning("downstream_gate_resumed", downstream=self.name)
+        emit(GateResumed(self.name))
 
     async def configure(
         self,

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tidegate.edi.errors import LocatedEdifactError
 from tidegate.errors import ConfigurationError, EdifactError, PayloadTooLarge, TidegateError
+from tidegate.events import IntakeFolderPaused, IntakeFolderResumed, emit
 from tidegate.intake.auth import Client
 from tidegate.intake.errors import IntakeError, UnacceptableInterchange
 from tidegate.intake.folder import (
@@ -145,7 +146,7 @@ class FolderWatcher:
         """One look at every sender folder; handles the files that are complete."""
         resumed = self.pauses.resume_drained(self.pipeline.publisher.drained)
         for sender in resumed:
-            log.info("intake_folder_resumed", sender=sender)
+            emit(IntakeFolderResumed(sender))
         handled = []
         for folder in self._senders():
             sender = folder.name
@@ -203,7 +204,7 @@ class FolderWatcher:
         if verdict.destination is Destination.KEEP:
             if verdict.pause_queues:
                 self.pauses.pause(sender, verdict.pause_queues)
-                log.info("intake_folder_paused", sender=sender, queues=sorted(verdict.pause_queues))
+                emit(IntakeFolderPaused(sender, sorted(verdict.pause_queues)))
         else:
             target = self._target(folder, verdict.destination, name)
             if verdict.contrl is not None:

@@ -43,6 +43,7 @@ import redis
 
 from tidegate.edi.classify import DocumentClass
 from tidegate.errors import ConfigurationError, LoadShed
+from tidegate.events import QuarantineReplayed, emit
 from tidegate.keys import DEFAULT_PREFIX
 from tidegate.load.depth import DepthProbe, QueueDepth
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
@@ -450,13 +451,14 @@ class Admission:
             report.replayed += 1
             report.by_class[record.document_class] += 1
         if claimed or report.skipped:
-            log.info(
-                "quarantine_replayed",
-                queue=queue,
-                documents=report.replayed,
-                released=report.released,
-                skipped_in_replay=report.skipped,
-                by_class=dict(report.by_class),
-                forced=force,
+            emit(
+                QuarantineReplayed(
+                    queue,
+                    report.replayed,
+                    report.released,
+                    report.skipped,
+                    dict(report.by_class),
+                    forced=force,
+                )
             )
         return report

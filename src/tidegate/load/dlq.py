@@ -36,6 +36,7 @@ import redis
 
 from tidegate._redis import lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
+from tidegate.events import UnitDeadLettered, emit
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.logging import get_logger, key_hash
 
@@ -222,14 +223,16 @@ class DeadLetterQueue:
             pipe.zrem(self._replaying, letter.key)
             pipe.hincrby(self._stats, "dead_lettered_total", 1)
             pipe.execute()
-        log.warning(
-            "bl_dead_lettered" if stored.bl_number is not None else "task_dead_lettered",
-            key_hash=key_hash(stored.key),
-            task=stored.task,
-            reason=stored.reason,
-            exception=stored.exception,
-            attempts=stored.attempts,
-            batch_id=stored.batch_id,
+        emit(
+            UnitDeadLettered(
+                key_hash(stored.key),
+                stored.task,
+                stored.reason,
+                stored.exception,
+                stored.attempts,
+                stored.batch_id,
+                bl=stored.bl_number is not None,
+            )
         )
         return stored
 

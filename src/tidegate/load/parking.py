@@ -20,12 +20,11 @@ from typing import Any, cast
 import redis
 
 from tidegate._redis import hash_pages, lua_script, map_redis_errors
+from tidegate.events import MessageParked, emit
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
-from tidegate.logging import get_logger
 
 __all__ = ["ParkedMessage", "ParkingLot"]
 
-log = get_logger("tidegate.load")
 
 #: How long a mover has to republish a claimed message before another may take it, ms.
 CLAIM_LEASE_MS = 30_000
@@ -77,13 +76,7 @@ class ParkingLot:
                 [self._due, self._envelopes],
                 [self._now_arg(), repr(max(0.0, delay_s) * 1000.0), message_id, body],
             )
-        log.info(
-            "message_parked",
-            message_id=message_id,
-            task=envelope.get("task"),
-            delay_s=round(delay_s, 3),
-            reason=reason,
-        )
+        emit(MessageParked(message_id, envelope.get("task"), round(delay_s, 3), reason))
         return message_id
 
     def claim_due(self, limit: int = 100) -> list[ParkedMessage]:

@@ -32,8 +32,9 @@ from typing import Any, cast
 import redis
 
 from tidegate._redis import lua_script, map_redis_errors
+from tidegate.events import DocumentShed, emit
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
-from tidegate.logging import get_logger
+from tidegate.logging import get_logger, key_hash
 
 __all__ = ["CLAIM_LEASE_MS", "Quarantine", "QuarantineClaim", "QuarantinedDocument"]
 
@@ -174,14 +175,15 @@ class Quarantine:
         stored = QuarantinedDocument(
             **{**asdict(document), "quarantined_at": float(since) / 1000.0}
         )
-        log.info(
-            "document_shed",
-            key=document.key,
-            document_class=document.document_class,
-            queue=document.queue,
-            reason=document.reason,
-            depth=document.depth,
-            duplicate=added in (b"0", "0", 0),
+        emit(
+            DocumentShed(
+                key_hash(document.key),
+                document.document_class,
+                document.queue,
+                document.reason,
+                document.depth,
+                duplicate=added in (b"0", "0", 0),
+            )
         )
         return stored, added not in (b"0", "0", 0)
 

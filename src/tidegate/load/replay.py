@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidegate.errors import ConfigurationError
+from tidegate.events import LetterReplayed, LetterReplaySkipped, emit
 from tidegate.flow import RateLimiter
 from tidegate.load.dlq import DEFAULT_REPLAY_HOLD_S, DeadLetter, ReplayMark
 from tidegate.load.protocols.dlq import DeadLetterStore
@@ -94,12 +95,7 @@ def replay_dead_letters(
         if not mark.taken:
             if mark.status == "in_replay":
                 result.skipped += 1
-                log.info(
-                    "dlq_item_replay_skipped",
-                    key_hash=key_hash(letter.key),
-                    task=letter.task,
-                    in_replay_until=mark.in_replay_until,
-                )
+                emit(LetterReplaySkipped(key_hash(letter.key), letter.task, mark.in_replay_until))
             continue
         try:
             if pace is not None:
@@ -110,15 +106,16 @@ def replay_dead_letters(
             raise
         result.published += 1
         result.keys.append(letter.key)
-        log.info(
-            "dlq_item_replayed",
-            key_hash=key_hash(letter.key),
-            task=letter.task,
-            reason=letter.reason,
-            attempts=letter.attempts,
-            replays=mark.replays,
-            in_replay_until=mark.in_replay_until,
-            batch_id=letter.batch_id,
+        emit(
+            LetterReplayed(
+                key_hash(letter.key),
+                letter.task,
+                letter.reason,
+                letter.attempts,
+                mark.replays,
+                mark.in_replay_until,
+                letter.batch_id,
+            )
         )
     log.info(
         "dlq_replay_finished",

@@ -15,12 +15,12 @@ metric                                 measured by
 ``tidegate_gate_paused``,              the monitor's read of each gate at the sample
 ``tidegate_gate_wait_ahead_seconds``   (how long a new admission would wait *now*)
 ``tidegate_gate_wait_seconds``         worker processes, from their own decision events
-(histogram)                            (``downstream_gate_throttled`` mode ``reserve``
-                                       and pause waits): **only admissions that had
-                                       to wait** — an immediate admission logs nothing
+(histogram)                            (``GateThrottled`` mode ``reserve`` and pause
+                                       waits): **only admissions that had to wait**
+                                       — an immediate admission emits nothing
 ``tidegate_gate_throttles_total``,     worker processes, from their decision events,
 ``tidegate_gate_pauses_total``,        counted in Redis (HINCRBY) by the
-``tidegate_downstream_429_total``      :class:`EventCounters` structlog processor
+``tidegate_downstream_429_total``      :class:`EventCounters` event subscriber
 ``tidegate_shed_total``,               the quarantine itself, atomically with each
 ``tidegate_replayed_total``            shed / replayed document (by document class)
 ``tidegate_quarantine_*``,             the quarantine and the DLQ, read at scrape
@@ -33,8 +33,9 @@ metric                                 measured by
                                        cause; the workers are waiting then
 =====================================  ==============================================
 
-Worker-side counters need :func:`install_event_counters` in each worker (after
-logging is configured); the counters live in ``<prefix>:{metrics}:events``.
+Worker-side counters need :func:`install_event_counters` in each worker; they count
+the typed decision events (:mod:`tidegate.events`), whatever the log level, into
+``<prefix>:{metrics}:events``.
 
 A sample older than ``stale_after_periods`` of its monitor's sampling periods is not
 exported: an autoscaler must not keep scaling on the last number of a monitor that

@@ -45,6 +45,7 @@ import redis
 
 from tidegate._redis import lua_script, map_redis_errors
 from tidegate.errors import BackendError, BackendUnwritable, ConfigurationError
+from tidegate.events import ScaleSignal, SheddingChanged, emit
 from tidegate.flow import Gate
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.load.admission import Admission
@@ -268,23 +269,26 @@ class Monitor:
             quarantined=quarantined,
         )
         if (state.signal, state.reason) != (previous.signal, previous.reason):
-            log.warning(
-                "scaling_signal_changed",
-                queue=state.queue,
-                signal=state.signal.value,
-                previous=previous.signal.value,
-                reason=state.reason,
-                depth=state.depth,
-                desired_workers=state.desired_workers,
+            emit(
+                ScaleSignal(
+                    state.queue,
+                    state.signal.value,
+                    previous.signal.value,
+                    state.reason,
+                    state.depth,
+                    state.desired_workers,
+                )
             )
         if state.shedding != previous.shedding:
-            log.warning(
-                "shedding_started" if state.shedding else "shedding_stopped",
-                queue=state.queue,
-                depth=state.depth,
-                over_hwm_intervals=state.over_hwm_intervals,
-                hwm=marks.hwm,
-                lwm=marks.lwm,
+            emit(
+                SheddingChanged(
+                    state.queue,
+                    state.depth,
+                    state.over_hwm_intervals,
+                    marks.hwm,
+                    marks.lwm,
+                    started=state.shedding,
+                )
             )
 
     def _replay(self, entry: BoardEntry, quarantined: int, elapsed: float) -> None:

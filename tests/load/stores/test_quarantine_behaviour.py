@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 from tidegate.flow.backends.memory import ManualClock
 from tidegate.load.protocols import QuarantineStore
 from tidegate.load.quarantine import CLAIM_LEASE_MS, QuarantinedDocument
+from tidegate.logging import key_hash
 
 BULK = "bulk.documents"
 LEASE_S = CLAIM_LEASE_MS / 1000.0
@@ -46,6 +47,8 @@ def test_a_shed_document_is_stored_in_full_and_listed_without_payload(
     assert "payload" not in listed.summary()
     (event,) = [e for e in logs if e["event"] == "document_shed"]
     assert "payload" not in event
+    assert "key" not in event  # a unit key can be a business identifier
+    assert event["key_hash"] == key_hash("k1")
     assert (event["depth"], event["duplicate"]) == (1234, False)
 
 

@@ -27,6 +27,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tidegate.errors import BackendError, BackendUnavailable, ConfigurationError
+from tidegate.events import (
+    ConcurrencyChanged,
+    RateChanged,
+    RateStaleRejection,
+    emit,
+)
 from tidegate.flow.adaptive._concurrency import (
     ConcurrencyDecision,
     LatencyWindow,
@@ -61,6 +67,14 @@ log = get_logger("tidegate.adaptive")
 #: How long the controller's lease outlives its last tick, seconds: a few ticks, so
 #: one slow tick does not hand the controller over, a dead holder is replaced quickly.
 DEFAULT_LEASE_TTL_S = 10.0
+
+
+#: The typed event of each decision the controller records in its history.
+_ADAPTIVE_EVENTS: dict[str, type[RateChanged | RateStaleRejection | ConcurrencyChanged]] = {
+    "adaptive_rate_changed": RateChanged,
+    "adaptive_rate_stale_rejection": RateStaleRejection,
+    "adaptive_concurrency_changed": ConcurrencyChanged,
+}
 
 
 def _stored(value: object) -> str:
@@ -241,7 +255,7 @@ class AdaptiveController:
             return None
         self._record = record
         for event, fields in events:
-            log.warning(event, downstream=self.name, **fields)
+            emit(_ADAPTIVE_EVENTS[event](downstream=self.name, **fields))
         return ControllerTick(rate_decision, concurrency_decision)
 
     def effective_policy(self) -> AdaptivePolicy:

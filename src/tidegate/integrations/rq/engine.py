@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from rq.job import Job
 
 from tidegate.delivery import Unit, Verdict, check_required_fields, unit_key
+from tidegate.events import JobParked, emit
 from tidegate.integrations.rq._serializer import json_queue
 from tidegate.logging import get_logger
 
@@ -132,14 +133,15 @@ class RqEngine:
             job_timeout=job.timeout,
             failure_ttl=job.failure_ttl,
         )
-        log.info(
-            "message_parked",
-            job_id=job.id,
-            scheduled_job_id=scheduled.id,
-            task=job.func_name,
-            delay_s=round(verdict.delay_s, 3),
-            reason=verdict.reason,
-            attempt=verdict.attempt,
+        emit(
+            JobParked(
+                job.id,
+                scheduled.id,
+                job.func_name,
+                round(verdict.delay_s, 3),
+                verdict.reason,
+                verdict.attempt,
+            )
         )
         return {"tidegate": "parked", "reason": verdict.reason, "delay_s": verdict.delay_s}
 

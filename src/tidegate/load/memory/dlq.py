@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
 from tidegate.errors import ConfigurationError
+from tidegate.events import UnitDeadLettered, emit
 from tidegate.load.dlq import DEFAULT_REPLAY_HOLD_S, DeadLetter, ReplayMark
 from tidegate.load.memory._lease import stamp, wall_ms
 from tidegate.logging import get_logger, key_hash
@@ -76,14 +77,16 @@ class MemoryDeadLetterQueue:
             self._order.setdefault(letter.key, first)
             self._replaying.pop(letter.key, None)
             self._stats["dead_lettered_total"] += 1
-        log.warning(
-            "bl_dead_lettered" if stored.bl_number is not None else "task_dead_lettered",
-            key_hash=key_hash(stored.key),
-            task=stored.task,
-            reason=stored.reason,
-            exception=stored.exception,
-            attempts=stored.attempts,
-            batch_id=stored.batch_id,
+        emit(
+            UnitDeadLettered(
+                key_hash(stored.key),
+                stored.task,
+                stored.reason,
+                stored.exception,
+                stored.attempts,
+                stored.batch_id,
+                bl=stored.bl_number is not None,
+            )
         )
         return stored
 

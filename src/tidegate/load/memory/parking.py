@@ -15,13 +15,11 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from tidegate.events import MessageParked, emit
 from tidegate.load.memory._lease import lease_claim, stamp, wall_ms
 from tidegate.load.parking import CLAIM_LEASE_MS, ParkedMessage
-from tidegate.logging import get_logger
 
 __all__ = ["MemoryParkingLot"]
-
-log = get_logger("tidegate.load")
 
 
 class MemoryParkingLot:
@@ -46,13 +44,7 @@ class MemoryParkingLot:
         with self._lock:
             self._envelopes[message_id] = body
             self._due[message_id] = stamp(self._now() + max(0.0, delay_s) * 1000.0)
-        log.info(
-            "message_parked",
-            message_id=message_id,
-            task=envelope.get("task"),
-            delay_s=round(delay_s, 3),
-            reason=reason,
-        )
+        emit(MessageParked(message_id, envelope.get("task"), round(delay_s, 3), reason))
         return message_id
 
     def claim_due(self, limit: int = 100) -> list[ParkedMessage]:

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from tidegate.events import DocumentShed, emit
 from tidegate.load.memory._lease import lease_claim, stamp, wall_ms
 from tidegate.load.quarantine import CLAIM_LEASE_MS, QuarantineClaim, QuarantinedDocument
-from tidegate.logging import get_logger
+from tidegate.logging import get_logger, key_hash
 
 __all__ = ["MemoryQuarantine"]
 
@@ -63,14 +64,15 @@ class MemoryQuarantine:
                 self._stats["duplicate"] += 1
             since = self._since.get(document.key, now)
         stored = QuarantinedDocument(**{**asdict(document), "quarantined_at": since / 1000.0})
-        log.info(
-            "document_shed",
-            key=document.key,
-            document_class=document.document_class,
-            queue=document.queue,
-            reason=document.reason,
-            depth=document.depth,
-            duplicate=not added,
+        emit(
+            DocumentShed(
+                key_hash(document.key),
+                document.document_class,
+                document.queue,
+                document.reason,
+                document.depth,
+                duplicate=not added,
+            )
         )
         return stored, added
 
