@@ -27,12 +27,12 @@ from tidegate.delivery.lifecycle import LifecyclePolicy, Requeue, lifecycle
 from tidegate.delivery.unit import Unit, dead_letter_for
 from tidegate.delivery.verdict import Verdict, fleet_now_s
 from tidegate.errors import BackendError
+from tidegate.load.ledger import LedgerStore
 from tidegate.logging import get_logger, key_hash
 
 if TYPE_CHECKING:
     from tidegate.flow import Gate
     from tidegate.load.dlq import DeadLetter
-    from tidegate.load.ledger import LedgerEntry
 
 __all__ = [
     "DEFAULT_MARK_BACKOFF_S",
@@ -76,13 +76,6 @@ class Engine(Protocol):
 
     def letter_extra(self, unit: Unit) -> Mapping[str, Any]:
         """Engine details a dead letter's payload keeps (e.g. RQ's job id)."""
-
-
-class LedgerStore(Protocol):
-    def entry(self, downstream: str, key: str) -> LedgerEntry: ...
-    def sending(self, downstream: str, key: str) -> Any: ...
-    def refused(self, downstream: str, key: str) -> None: ...
-    def mark(self, downstream: str, key: str) -> None: ...
 
 
 class DeadLetterStore(Protocol):
