@@ -19,8 +19,11 @@ import redis
 
 from tidegate.flow.backends import ManualClock
 from tidegate.keys import Keyspace
+from tidegate.load.board import LoadBoard, LoadBoardStore
 from tidegate.load.ledger import DeliveryLedger, LedgerStore
-from tidegate.load.memory import MemoryLedger
+from tidegate.load.levels import Watermarks
+from tidegate.load.memory import MemoryLedger, MemoryLoadBoard, MemoryWatermarkStore
+from tidegate.load.watermark_store import WatermarkConfigStore, WatermarkStore
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
@@ -56,3 +59,24 @@ def expires_in_s(store: Any, downstream: str, key: str) -> float | None:
         return store.expires_in_s(downstream, key)
     ms = store.client.pttl(Keyspace(store.prefix).delivered(downstream, key))
     return None if ms < 0 else ms / 1000.0
+
+
+@pytest.fixture(params=BACKENDS)
+def watermark_store(request: pytest.FixtureRequest) -> WatermarkConfigStore:
+    """The live watermarks, with defaults hwm=1000, lwm=100, shed_after=3."""
+    defaults = Watermarks(hwm=1000, lwm=100, shed_after=3)
+    if request.param == "memory":
+        return MemoryWatermarkStore(defaults=defaults)
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("prefix")
+    return WatermarkStore(client, prefix=prefix, defaults=defaults)
+
+
+@pytest.fixture(params=BACKENDS)
+def board(request: pytest.FixtureRequest, clock: ManualClock) -> LoadBoardStore:
+    """The load board on the shared manual clock."""
+    if request.param == "memory":
+        return MemoryLoadBoard(clock=clock.now_ms)
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("prefix")
+    return LoadBoard(client, prefix=prefix, clock=clock.now_ms)

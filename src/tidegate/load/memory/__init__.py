@@ -10,5 +10,6 @@ nothing, as two Redis servers would not.
 from __future__ import annotations
 
 from tidegate.load.memory.ledger import MemoryLedger
+from tidegate.load.memory.watermarks import MemoryLoadBoard, MemoryWatermarkStore
 
-__all__ = ["MemoryLedger"]
+__all__ = ["MemoryLedger", "MemoryLoadBoard", "MemoryWatermarkStore"]
