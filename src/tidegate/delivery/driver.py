@@ -28,6 +28,7 @@ from tidegate.delivery.unit import Unit, dead_letter_for
 from tidegate.delivery.verdict import Verdict, fleet_now_s
 from tidegate.errors import BackendError
 from tidegate.load.ledger import LedgerStore
+from tidegate.load.outstanding_units import OutstandingStore
 from tidegate.logging import get_logger, key_hash
 
 if TYPE_CHECKING:
@@ -81,10 +82,6 @@ class Engine(Protocol):
 class DeadLetterStore(Protocol):
     def add(self, letter: DeadLetter) -> DeadLetter: ...
     def remove(self, key: str) -> bool: ...
-
-
-class OutstandingStore(Protocol):
-    def settle(self, key: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,13 @@ from tidegate.keys import Keyspace
 from tidegate.load.board import LoadBoard, LoadBoardStore
 from tidegate.load.ledger import DeliveryLedger, LedgerStore
 from tidegate.load.levels import Watermarks
-from tidegate.load.memory import MemoryLedger, MemoryLoadBoard, MemoryWatermarkStore
+from tidegate.load.memory import (
+    MemoryLedger,
+    MemoryLoadBoard,
+    MemoryOutstanding,
+    MemoryWatermarkStore,
+)
+from tidegate.load.outstanding import Outstanding, OutstandingStore
 from tidegate.load.watermark_store import WatermarkConfigStore, WatermarkStore
 
 BACKENDS = [
@@ -80,3 +86,13 @@ def board(request: pytest.FixtureRequest, clock: ManualClock) -> LoadBoardStore:
     client: redis.Redis = request.getfixturevalue("redis_client")
     prefix: str = request.getfixturevalue("prefix")
     return LoadBoard(client, prefix=prefix, clock=clock.now_ms)
+
+
+@pytest.fixture(params=BACKENDS)
+def outstanding(request: pytest.FixtureRequest, clock: ManualClock) -> OutstandingStore:
+    """The registry of outstanding units on the shared manual clock."""
+    if request.param == "memory":
+        return MemoryOutstanding(clock=clock.now_ms)
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("prefix")
+    return Outstanding(client, prefix=prefix, clock=clock.now_ms)

@@ -10,6 +10,7 @@ nothing, as two Redis servers would not.
 from __future__ import annotations
 
 from tidegate.load.memory.ledger import MemoryLedger
+from tidegate.load.memory.outstanding import MemoryOutstanding
 from tidegate.load.memory.watermarks import MemoryLoadBoard, MemoryWatermarkStore
 
-__all__ = ["MemoryLedger", "MemoryLoadBoard", "MemoryWatermarkStore"]
+__all__ = ["MemoryLedger", "MemoryLoadBoard", "MemoryOutstanding", "MemoryWatermarkStore"]
