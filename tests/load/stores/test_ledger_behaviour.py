@@ -112,3 +112,13 @@ def test_the_memory_twin_forgets_an_entry_ttl_s_later_on_its_clock(clock: Manual
     clock.advance(0.001)
     assert twin.state("tos", "K-9") is DeliveryState.NEW
     assert twin.expires_in_s("tos", "K-9") is None
+
+
+def test_send_times_keep_a_microsecond_resolution_on_both_stores(
+    ledger: LedgerStore, clock: ManualClock
+) -> None:
+    """The stored form keeps ms with three decimals; both stores round the same way."""
+    clock.advance(0.0123456)
+    sent = ledger.sending("tos", "K-10")
+    assert sent == T0 + 12.346
+    assert ledger.entry("tos", "K-10").sent_at_ms == T0 + 12.346

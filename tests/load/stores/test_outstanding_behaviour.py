@@ -213,3 +213,10 @@ def test_a_unit_missing_from_consecutive_armed_sweeps_is_an_orphan(
     assert outstanding.misses_of(["flaky", "queued"]) == {"flaky": 1}
     assert outstanding.take_armed_sweep() is False  # disarmed: the counts are gone too
     assert outstanding.misses_of(["flaky"]) == {}
+
+
+def test_a_sequence_is_the_clock_in_whole_microseconds(
+    outstanding: OutstandingStore, clock: ManualClock
+) -> None:
+    clock.advance(0.0000025)  # 2.5 µs: the sequence takes the whole µs below
+    assert outstanding.record(unit("K1")) == T0_US + 2
