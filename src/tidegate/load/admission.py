@@ -31,19 +31,17 @@ Example::
 
 from __future__ import annotations
 
-import enum
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any
 
 import redis
 
-from tidegate.edi.classify import DocumentClass
 from tidegate.errors import ConfigurationError, LoadShed
 from tidegate.keys import DEFAULT_PREFIX
+from tidegate.load.admission_types import Admitted, Inbound, Outcome, ReplayReport, Sender
 from tidegate.load.board import LoadBoard, LoadBoardStore
 from tidegate.load.depth import DepthProbe, QueueDepth
 from tidegate.load.levels import LoadState, Watermarks, advance
@@ -71,83 +69,6 @@ log = get_logger("tidegate.load")
 DEFAULT_INTERVAL_S = 5.0
 #: Longest a producer is blocked on one document while its queue is above HWM.
 DEFAULT_MAX_BLOCK_S = 30.0
-
-
-class Outcome(enum.Enum):
-    """Where a submitted document went."""
-
-    QUEUED = "queued"
-    QUARANTINED = "quarantined"
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """A document offered to the intake.
-
-    Args:
-        key: its idempotency key (stable across re-sends).
-        document_class: its class, hence its queue and whether it may be shed.
-        payload: the task's single argument (JSON-serialisable); never logged.
-    """
-
-    key: str
-    document_class: DocumentClass
-    payload: Mapping[str, Any]
-
-    @property
-    def queue(self) -> str:
-        return self.document_class.queue
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """What :meth:`Admission.submit` did with one document.
-
-    Attributes:
-        outcome: queued or quarantined.
-        key / document_class / queue: the document.
-        reason: ``admitted``, ``wait_expired`` (queued after the bounded wait),
-            ``sustained_overload`` (quarantined) …
-        depth: the queue depth the decision saw (``None`` if nothing was sampled).
-        waited_s: how long the producer was blocked.
-    """
-
-    outcome: Outcome
-    key: str
-    document_class: str
-    queue: str
-    reason: str
-    depth: int | None = None
-    waited_s: float = 0.0
-
-    @property
-    def queued(self) -> bool:
-        return self.outcome is Outcome.QUEUED
-
-    @property
-    def quarantined(self) -> bool:
-        return self.outcome is Outcome.QUARANTINED
-
-
-@dataclass
-class ReplayReport:
-    """What one :meth:`Admission.replay` did (``skipped``: held by another replay)."""
-
-    queue: str
-    replayed: int = 0
-    released: int = 0
-    skipped: int = 0
-    by_class: Counter[str] = field(default_factory=Counter)
-
-
-@runtime_checkable
-class Sender(Protocol):
-    """Puts one document on the broker."""
-
-    #: ``"celery"`` or ``"rq"``; stored with quarantined documents.
-    name: str
-
-    def send(self, queue: str, task: str, payload: Mapping[str, Any]) -> None: ...
 
 
 @dataclass

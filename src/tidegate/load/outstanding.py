@@ -59,6 +59,7 @@ __all__ = [
 
 log = get_logger("tidegate.load")
 
+
 class Outstanding:
     """The registry of published, unsettled units of one namespace, and its sweep index.
 
