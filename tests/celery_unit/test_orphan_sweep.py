@@ -181,23 +181,6 @@ def test_an_unarmed_sweep_reads_nothing(ctx: dict[str, Any], redis_client: redis
     assert not redis_client.exists(ctx["outstanding"].present_key)
 
 
-def test_a_silent_worker_arms_the_sweep_and_a_retired_one_does_not(
-    ctx: dict[str, Any], redis_client: redis.Redis
-) -> None:
-    """A worker killed with SIGKILL stops beating; one that stops cleanly retires."""
-    outstanding: Outstanding = ctx["outstanding"]
-    beat = {"dead_after_s": 10, "arm_sweeps": 3}
-    assert outstanding.beat("killed", now_ms=1_000_000, **beat) == 0
-    assert outstanding.beat("stopped", now_ms=1_000_000, **beat) == 0
-    outstanding.retire("stopped")
-    assert outstanding.beat("alive", now_ms=1_009_000, **beat) == 0  # 9 s: not yet
-    assert not redis_client.exists(outstanding.armed_key)
-    with capture_logs():
-        assert outstanding.beat("alive", now_ms=1_011_000, **beat) == 1  # "killed" only
-    assert [outstanding.take_armed_sweep() for _ in range(4)] == [True, True, True, False]
-    assert redis_client.zrange(outstanding.workers_key, 0, -1) == [b"alive"]
-
-
 def test_a_death_sweeps_a_lost_unit_back_through_maybe_sweep(
     ctx: dict[str, Any], redis_client: redis.Redis
 ) -> None:

@@ -1,7 +1,5 @@
-"""The live watermarks and the load board, against a real Redis.
-
-(The quarantine's own behaviour runs on Redis and its memory twin in
-``tests/load/stores/test_quarantine_behaviour.py``.)
+"""The load board against a real Redis. (The quarantine's and the live watermarks'
+behaviour runs on Redis and on their memory twins in ``tests/load/stores/``.)
 """
 
 from __future__ import annotations
@@ -9,37 +7,16 @@ from __future__ import annotations
 import pytest
 import redis
 
-from tidegate.errors import ConfigurationError
 from tidegate.load.depth import QueueDepth
 from tidegate.load.watermarks import (
     BoardEntry,
     LoadBoard,
     LoadState,
     Watermarks,
-    WatermarkStore,
     advance,
 )
 
 pytestmark = pytest.mark.redis
-
-
-def test_watermarks_are_retuned_live_and_validated(redis_client: redis.Redis, prefix: str) -> None:
-    """Redis overrides win over the environment's defaults; per queue over global;
-    an invalid retune raises with the values and stores nothing."""
-    store = WatermarkStore(redis_client, prefix=prefix, defaults=Watermarks(hwm=1000, lwm=100))
-    store.configure(hwm=500)
-    store.configure(queue="edi.customs", lwm=300)
-    assert store.get() == Watermarks(hwm=500, lwm=100)
-    assert store.get("edi.customs") == Watermarks(hwm=500, lwm=300)
-    with pytest.raises(ConfigurationError, match="QUEUE_LWM=600 QUEUE_HWM=500"):
-        store.configure(queue="edi.tos", lwm=600)
-    with pytest.raises(ConfigurationError, match="QUEUE_LWM=300 QUEUE_HWM=200"):
-        store.configure(hwm=200)  # global change that would break edi.customs' override
-    with pytest.raises(ConfigurationError, match="nothing to change"):
-        store.configure()
-    assert store.overrides() == {"hwm": 500.0, "lwm@edi.customs": 300.0}
-    store.reset("edi.customs")
-    assert store.get("edi.customs") == Watermarks(hwm=500, lwm=100)
 
 
 def test_the_board_carries_the_state_and_its_age(redis_client: redis.Redis, prefix: str) -> None:

@@ -1,4 +1,6 @@
-"""The delivery ledger on a real Redis: new → sending → delivered, never back."""
+"""The delivery ledger's Redis-only edges: Redis ``TIME`` as the default clock, the
+stored forms, restarts, errors. What every ledger promises (new → sending → delivered,
+TTLs, the clock) is in ``tests/load/stores/test_ledger_behaviour.py``, on both stores."""
 
 from __future__ import annotations
 
@@ -12,40 +14,6 @@ from tidegate.keys import Keyspace
 from tidegate.load import DeliveryLedger, DeliveryState
 
 pytestmark = pytest.mark.redis
-
-
-def test_a_key_moves_from_new_to_sending_to_delivered(
-    redis_client: redis.Redis, prefix: str
-) -> None:
-    ledger = DeliveryLedger(redis_client, prefix=prefix)
-    assert ledger.state("tos", "K-1") is DeliveryState.NEW
-    ledger.sending("tos", "K-1")
-    assert ledger.state("tos", "K-1") is DeliveryState.SENDING
-    assert not ledger.delivered("tos", "K-1")
-    ledger.mark("tos", "K-1")
-    assert ledger.state("tos", "K-1") is DeliveryState.DELIVERED
-    assert ledger.delivered("tos", "K-1")
-    # Another downstream has its own record of the same key.
-    assert ledger.state("customs", "K-1") is DeliveryState.NEW
-
-
-def test_sending_never_downgrades_a_delivered_key(redis_client: redis.Redis, prefix: str) -> None:
-    """A duplicate message starting late must not make a delivered unit look uncertain."""
-    ledger = DeliveryLedger(redis_client, prefix=prefix)
-    ledger.mark("tos", "K-2")
-    ledger.sending("tos", "K-2")
-    assert ledger.state("tos", "K-2") is DeliveryState.DELIVERED
-
-
-def test_every_record_expires(redis_client: redis.Redis, prefix: str) -> None:
-    ledger = DeliveryLedger(redis_client, prefix=prefix, ttl_s=120)
-    ledger.sending("tos", "K-3")
-    ledger.mark("tos", "K-4")
-    ttls = [
-        redis_client.ttl(k) for k in redis_client.scan_iter(match=Keyspace(prefix).delivered_all())
-    ]
-    assert len(ttls) == 2
-    assert all(0 < t <= 120 for t in ttls)
 
 
 def test_an_unreachable_redis_is_a_typed_error() -> None:

@@ -22,7 +22,7 @@ import redis
 from tidegate._redis import client_from_url
 from tidegate.errors import ConfigurationError, TidegateError
 from tidegate.keys import DEFAULT_PREFIX
-from tidegate.settings import PREFIX_PATTERN
+from tidegate.settings import PREFIX_PATTERN, Settings
 
 __all__ = [
     "FiniteFloat",
@@ -31,6 +31,7 @@ __all__ = [
     "connection_options",
     "echo_json",
     "prefix_option",
+    "process_settings",
     "redis_client",
     "redis_url_option",
     "resolve_redis_url",
@@ -161,3 +162,12 @@ def redis_client(url: str | None) -> Iterator[redis.Redis]:
 def echo_json(value: Any) -> None:
     """Print ``value`` as indented JSON on stdout; NaN or an infinity is a bug, not JSON."""
     click.echo(json.dumps(value, indent=2, sort_keys=False, default=str, allow_nan=False))
+
+
+def process_settings() -> Settings:
+    """The command's settings, read from the environment once; a value that cannot be
+    used (inverted watermarks, an unknown sheddable class) is an operator error."""
+    try:
+        return Settings.load()
+    except ConfigurationError as exc:
+        raise TidegateCLIError(str(exc)) from None

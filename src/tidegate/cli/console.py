@@ -18,6 +18,7 @@ from tidegate.cli._common import (
     FiniteFloat,
     TidegateCLIError,
     connection_options,
+    process_settings,
     redis_client,
 )
 from tidegate.cli.monitor import broker_url_option, resolve_broker
@@ -126,7 +127,9 @@ def serve(
             broker = resolve_broker(redis_url, broker_url)
             publish, close_publish = celery_publisher(broker)
             stack.callback(close_publish)
-            release, close_release = celery_quarantine_replayer(client, broker, prefix=prefix)
+            release, close_release = celery_quarantine_replayer(
+                client, broker, prefix=prefix, settings=process_settings()
+            )
             stack.callback(close_release)
         app = create_app(
             client,

@@ -21,6 +21,7 @@ from tidegate.cli._common import (
     FiniteFloat,
     TidegateCLIError,
     connection_options,
+    process_settings,
     redis_client,
 )
 from tidegate.cli.monitor import broker_url_option, resolve_broker
@@ -66,7 +67,9 @@ def _tasks(values: tuple[str, ...], *, engine: str = "celery") -> dict[str, str]
 def _admission(
     engine: str, broker: str, tasks: dict[str, str], client: Any, prefix: str
 ) -> Admission:
-    """The admission publishing to the chosen engine's queues (a Redis reply each)."""
+    """The admission publishing to the chosen engine's queues (a Redis reply each), on
+    the command's settings (watermark defaults, sheddable classes), read once here."""
+    settings = process_settings()
     if engine == "rq":
         from tidegate._redis import client_from_url
         from tidegate.integrations.rq import rq_admission
@@ -74,13 +77,19 @@ def _admission(
         if not broker.startswith(("redis://", "rediss://", "unix://")):
             scheme = broker.partition(":")[0]
             raise TidegateCLIError(f"--engine rq needs a Redis broker, got {scheme}")
-        return rq_admission(client_from_url(broker), tasks, client=client, prefix=prefix)
+        return rq_admission(
+            client_from_url(broker), tasks, client=client, prefix=prefix, settings=settings
+        )
     from celery import Celery
 
     from tidegate.load.admission import Admission
 
     return Admission.for_celery(
-        Celery("tidegate-intake", broker=broker), tasks, client=client, prefix=prefix
+        Celery("tidegate-intake", broker=broker),
+        tasks,
+        client=client,
+        prefix=prefix,
+        settings=settings,
     )
 
 

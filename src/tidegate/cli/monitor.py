@@ -22,12 +22,14 @@ from tidegate.cli._common import (
     connection_options,
     echo_json,
     prefix_option,
+    process_settings,
     redis_client,
 )
 from tidegate.cli._output import console, print_table
+from tidegate.cli._producer import build_replay_admission, watermark_store
 from tidegate.errors import ConfigurationError, TidegateError
 
-__all__ = ["metrics", "monitor", "prefix_option", "watermarks"]
+__all__ = ["build_replay_admission", "metrics", "monitor", "prefix_option", "watermarks"]
 
 #: Queues monitored when none are given: the preset's, with their gates.
 DEFAULT_QUEUE_SPECS = ("edi.customs=customs", "edi.tos=tos", "bulk.dispatch", "bl.parse")
@@ -76,43 +78,6 @@ def resolve_broker(url: str | None, broker_url: str | None) -> str:
     if not target:
         raise TidegateCLIError("no broker: pass --broker-url or --redis-url")
     return target
-
-
-def build_replay_admission(
-    client: Any, broker: str, queues: list[str], *, prefix: str, sender: str
-) -> Any:
-    """The intake replays go through: the broker's probe and sender, tidegate's Redis."""
-    from tidegate.integrations.celery.depth import probe_from_url
-    from tidegate.integrations.celery.sender import CelerySender
-    from tidegate.load.admission import Admission
-    from tidegate.load.quarantine import Quarantine
-    from tidegate.load.watermarks import LoadBoard, WatermarkStore
-
-    if sender == "rq":
-        from tidegate._redis import client_from_url
-        from tidegate.integrations.rq import RqDepthProbe, RqSender
-
-        connection = client_from_url(broker)
-        probe: Any = RqDepthProbe(connection)
-        out: Any = RqSender(connection)
-    else:
-        from celery import Celery
-
-        from tidegate.integrations.celery.preset import CeleryPreset, configure
-
-        probe = probe_from_url(broker)
-        # Configured like the workers: on RabbitMQ the queues are declared with the same
-        # quorum arguments (else the broker refuses) and each publish waits for its confirm.
-        preset = CeleryPreset(queues=tuple(dict.fromkeys(queues)), routes={}) if queues else None
-        out = CelerySender(configure(Celery(broker=broker), preset))
-    return Admission(
-        out,
-        dict.fromkeys(queues, ""),
-        probe=probe,
-        quarantine=Quarantine(client, prefix=prefix),
-        watermarks=WatermarkStore(client, prefix=prefix),
-        board=LoadBoard(client, prefix=prefix),
-    )
 
 
 @click.command()
@@ -229,6 +194,7 @@ def monitor(
 
     specs = _parse_specs(queues)
     broker = resolve_broker(redis_url, broker_url)
+    settings = process_settings()
     with redis_client(redis_url) as client:
         try:
             policy = ScalingPolicy(
@@ -247,7 +213,12 @@ def monitor(
                 probe = probe_from_url(broker)
             admission = (
                 build_replay_admission(
-                    client, broker, [q for q, _ in specs], prefix=prefix, sender=sender
+                    client,
+                    broker,
+                    [q for q, _ in specs],
+                    prefix=prefix,
+                    sender=sender,
+                    settings=settings,
                 )
                 if replay
                 else None
@@ -260,6 +231,7 @@ def monitor(
                 interval_s=interval,
                 admission=admission,
                 replay_rate=replay_rate,
+                settings=settings,
             )
         except TidegateError as exc:
             raise TidegateCLIError(str(exc)) from exc
@@ -356,10 +328,8 @@ def watermarks() -> None:
 @json_option
 def show(redis_url: str | None, prefix: str, queue: str | None, as_json: bool) -> None:
     """The effective watermarks, and whether each is a live override or the default."""
-    from tidegate.load.watermarks import WatermarkStore
-
     with redis_client(redis_url) as client:
-        store = WatermarkStore(client, prefix=prefix)
+        store = watermark_store(client, prefix)
         _watermark_output(as_json, queue, store.get(queue).as_dict(), store)
 
 
@@ -395,10 +365,8 @@ def set_(
     as_json: bool,
 ) -> None:
     """Retune the running fleet (validated first: 0 <= --lwm < --hwm, --shed-after >= 1)."""
-    from tidegate.load.watermarks import WatermarkStore
-
     with redis_client(redis_url) as client:
-        store = WatermarkStore(client, prefix=prefix)
+        store = watermark_store(client, prefix)
         try:
             result = store.configure(queue=queue, hwm=hwm, lwm=lwm, shed_after=shed_after)
         except ConfigurationError as exc:
@@ -412,9 +380,7 @@ def set_(
 @json_option
 def reset(redis_url: str | None, prefix: str, queue: str | None, as_json: bool) -> None:
     """Drop the Redis overrides: back to the environment's defaults."""
-    from tidegate.load.watermarks import WatermarkStore
-
     with redis_client(redis_url) as client:
-        store = WatermarkStore(client, prefix=prefix)
+        store = watermark_store(client, prefix)
         store.reset(queue)
         _watermark_output(as_json, queue, store.get(queue).as_dict(), store)

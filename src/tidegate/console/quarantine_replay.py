@@ -15,14 +15,18 @@ import redis
 
 from tidegate.console.actions import ReplayQuarantine
 from tidegate.load.admission import ReplayReport
+from tidegate.settings import Settings
 
 __all__ = ["celery_quarantine_replayer"]
 
 
 def celery_quarantine_replayer(
-    client: redis.Redis, broker_url: str, *, prefix: str
+    client: redis.Redis, broker_url: str, *, prefix: str, settings: Settings | None = None
 ) -> tuple[ReplayQuarantine, Callable[[], None]]:
     """``(replay, close)`` over one Celery producer for ``broker_url``.
+
+    ``settings`` (the process's, built once by its CLI) give the watermarks' defaults
+    and the shedding policy; the built-in values when omitted.
 
     The producer is configured like the workers (on RabbitMQ, the quorum queues'
     arguments and publisher confirms), and each replay's queue is declared with them.
@@ -36,6 +40,7 @@ def celery_quarantine_replayer(
     from tidegate.load.quarantine import Quarantine
     from tidegate.load.watermarks import LoadBoard, WatermarkStore
 
+    settings = settings if settings is not None else Settings.load({})
     probe = probe_from_url(broker_url)
     apps: list[Celery] = []
 
@@ -48,7 +53,8 @@ def celery_quarantine_replayer(
                 {queue: ""},
                 probe=probe,
                 quarantine=Quarantine(client, prefix=prefix),
-                watermarks=WatermarkStore(client, prefix=prefix),
+                settings=settings,
+                watermarks=WatermarkStore(client, prefix=prefix, defaults=settings.watermarks),
                 board=LoadBoard(client, prefix=prefix),
             )
             return admission.replay(queue, limit, force=force)

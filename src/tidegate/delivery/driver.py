@@ -28,12 +28,11 @@ from tidegate.delivery.unit import Unit, dead_letter_for
 from tidegate.delivery.verdict import Verdict, fleet_now_s
 from tidegate.errors import BackendError
 from tidegate.events import LetterResolved, emit
-from tidegate.load.protocols.dlq import DeadLetterStore
+from tidegate.load.protocols import DeadLetterStore, LedgerStore, OutstandingStore
 from tidegate.logging import get_logger, key_hash
 
 if TYPE_CHECKING:
     from tidegate.flow import Gate
-    from tidegate.load.ledger import LedgerEntry
 
 __all__ = [
     "DEFAULT_MARK_BACKOFF_S",
@@ -77,17 +76,6 @@ class Engine(Protocol):
 
     def letter_extra(self, unit: Unit) -> Mapping[str, Any]:
         """Engine details a dead letter's payload keeps (e.g. RQ's job id)."""
-
-
-class LedgerStore(Protocol):
-    def entry(self, downstream: str, key: str) -> LedgerEntry: ...
-    def sending(self, downstream: str, key: str) -> Any: ...
-    def refused(self, downstream: str, key: str) -> None: ...
-    def mark(self, downstream: str, key: str) -> None: ...
-
-
-class OutstandingStore(Protocol):
-    def settle(self, key: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

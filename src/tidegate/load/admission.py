@@ -23,7 +23,7 @@ Example::
 
     admission = Admission.for_celery(
         app, {"edi.customs": "edi.customs.submit", "bulk.documents": "bulk.documents.store"},
-        client=redis_client,
+        client=redis_client, settings=Settings.load(),
     )
     result = admission.submit(Inbound(key, BULK_BL_PDF, envelope))
     result.outcome        # Outcome.QUEUED or Outcome.QUARANTINED
@@ -31,27 +31,28 @@ Example::
 
 from __future__ import annotations
 
-import enum
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any
 
 import redis
 
-from tidegate.edi.classify import DocumentClass
 from tidegate.errors import ConfigurationError, LoadShed
 from tidegate.events import QuarantineReplayed, emit
 from tidegate.keys import DEFAULT_PREFIX
+from tidegate.load.admission_types import Admitted, Inbound, Outcome, ReplayReport, Sender
+from tidegate.load.board import LoadBoard
 from tidegate.load.depth import DepthProbe, QueueDepth
+from tidegate.load.levels import LoadState, Watermarks, advance
 from tidegate.load.payload import DEFAULT_MAX_PAYLOAD_BYTES, check_payload_size
-from tidegate.load.protocols.quarantine import QuarantineStore
+from tidegate.load.protocols import LoadBoardStore, QuarantineStore, WatermarkConfigStore
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.load.shedding import SheddingPolicy
-from tidegate.load.watermarks import LoadBoard, LoadState, Watermarks, WatermarkStore, advance
+from tidegate.load.watermark_store import WatermarkStore
 from tidegate.logging import get_logger
+from tidegate.settings import Settings
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
@@ -72,83 +73,6 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_MAX_BLOCK_S = 30.0
 
 
-class Outcome(enum.Enum):
-    """Where a submitted document went."""
-
-    QUEUED = "queued"
-    QUARANTINED = "quarantined"
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """A document offered to the intake.
-
-    Args:
-        key: its idempotency key (stable across re-sends).
-        document_class: its class, hence its queue and whether it may be shed.
-        payload: the task's single argument (JSON-serialisable); never logged.
-    """
-
-    key: str
-    document_class: DocumentClass
-    payload: Mapping[str, Any]
-
-    @property
-    def queue(self) -> str:
-        return self.document_class.queue
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """What :meth:`Admission.submit` did with one document.
-
-    Attributes:
-        outcome: queued or quarantined.
-        key / document_class / queue: the document.
-        reason: ``admitted``, ``wait_expired`` (queued after the bounded wait),
-            ``sustained_overload`` (quarantined) …
-        depth: the queue depth the decision saw (``None`` if nothing was sampled).
-        waited_s: how long the producer was blocked.
-    """
-
-    outcome: Outcome
-    key: str
-    document_class: str
-    queue: str
-    reason: str
-    depth: int | None = None
-    waited_s: float = 0.0
-
-    @property
-    def queued(self) -> bool:
-        return self.outcome is Outcome.QUEUED
-
-    @property
-    def quarantined(self) -> bool:
-        return self.outcome is Outcome.QUARANTINED
-
-
-@dataclass
-class ReplayReport:
-    """What one :meth:`Admission.replay` did (``skipped``: held by another replay)."""
-
-    queue: str
-    replayed: int = 0
-    released: int = 0
-    skipped: int = 0
-    by_class: Counter[str] = field(default_factory=Counter)
-
-
-@runtime_checkable
-class Sender(Protocol):
-    """Puts one document on the broker."""
-
-    #: ``"celery"`` or ``"rq"``; stored with quarantined documents.
-    name: str
-
-    def send(self, queue: str, task: str, payload: Mapping[str, Any]) -> None: ...
-
-
 @dataclass
 class _Local:
     """An admission's own view when no fresh board exists."""
@@ -165,8 +89,10 @@ class Admission:
         tasks: queue → task name (Celery) or function path (RQ).
         probe: reads queue depths (for blocking, and when no board is fresh).
         quarantine: where shed documents go.
-        policy: which classes may be shed (:meth:`SheddingPolicy.from_env` default).
-        watermarks: the live watermarks (env defaults when omitted).
+        settings: the process's settings, built once (:meth:`Settings.load`): the
+            defaults of ``policy`` and ``watermarks``; the built-in values when omitted.
+        policy: which classes may be shed (default ``settings.shedding``).
+        watermarks: the live watermarks (default: ``settings.watermarks``, fixed).
         board: the monitor's board; ``None`` = always sample locally.
         interval_s: local sampling period when the board is not fresh.
         block: block the producer while the queue is above HWM (bounded).
@@ -184,9 +110,10 @@ class Admission:
         *,
         probe: DepthProbe,
         quarantine: QuarantineStore,
+        settings: Settings | None = None,
         policy: SheddingPolicy | None = None,
-        watermarks: WatermarkStore | None = None,
-        board: LoadBoard | None = None,
+        watermarks: WatermarkConfigStore | None = None,
+        board: LoadBoardStore | None = None,
         interval_s: float = DEFAULT_INTERVAL_S,
         block: bool = False,
         max_block_s: float = DEFAULT_MAX_BLOCK_S,
@@ -208,7 +135,9 @@ class Admission:
         self.tasks = dict(tasks)
         self.probe = probe
         self.quarantine = quarantine
-        self.policy = policy if policy is not None else SheddingPolicy.from_env()
+        # Never the environment here: a second read could disagree with the first.
+        self.settings = settings if settings is not None else Settings.load({})
+        self.policy = policy if policy is not None else self.settings.shedding
         self.watermarks = watermarks
         self.board = board
         self.interval_s = interval_s
@@ -232,6 +161,7 @@ class Admission:
         client: redis.Redis,
         prefix: str = DEFAULT_PREFIX,
         probe: DepthProbe | None = None,
+        settings: Settings | None = None,
         **options: Any,
     ) -> Admission:
         """An admission for a Celery app: its broker's probe, and tidegate's Redis.
@@ -242,18 +172,22 @@ class Admission:
             client: tidegate's Redis (quarantine, board, watermarks).
             prefix: tidegate's key prefix (the monitor's and the workers').
             probe: defaults to :func:`~tidegate.integrations.celery.depth.probe_for_app`.
+            settings: the process's settings (the watermarks' defaults, the policy).
             options: the other keyword arguments of :class:`Admission`.
         """
         # Imported here: load/ holds the decision, the Celery integration the broker.
         from tidegate.integrations.celery.depth import probe_for_app
         from tidegate.integrations.celery.sender import CelerySender
 
+        settings = settings if settings is not None else Settings.load({})
+        marks = WatermarkStore(client, prefix=prefix, defaults=settings.watermarks)
         return cls(
             CelerySender(app),
             tasks,
             probe=probe if probe is not None else probe_for_app(app),
             quarantine=Quarantine(client, prefix=prefix),
-            watermarks=options.pop("watermarks", WatermarkStore(client, prefix=prefix)),
+            settings=settings,
+            watermarks=options.pop("watermarks", marks),
             board=options.pop("board", LoadBoard(client, prefix=prefix)),
             **options,
         )
@@ -273,11 +207,11 @@ class Admission:
         fetched, cached = self._marks_cache
         if queue not in cached or now - fetched > self.poll_s:
             if self.watermarks is None:
-                cached = {q: Watermarks.from_env() for q in self.tasks}
+                cached = dict.fromkeys(self.tasks, self.settings.watermarks)
             else:
                 cached = self.watermarks.get_many(set(self.tasks) | {queue})
             self._marks_cache = (now, cached)
-        return cached.get(queue) or Watermarks.from_env()
+        return cached.get(queue) or self.settings.watermarks
 
     def _depths(self, *, max_age_s: float) -> dict[str, QueueDepth]:
         now = self._clock()

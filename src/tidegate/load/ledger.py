@@ -28,12 +28,19 @@ the same Redis, the lost second also holds the pops of the messages those marks
 settled: they come back looking new. So the ledger notices a restart (a new server
 ``run_id``, ``ledger_entry.lua``) and stays *in doubt* for ``doubt_s`` afterwards
 (:attr:`LedgerEntry.in_doubt`): every unit without a record asks first.
+
+Callers see the ledger through :class:`~tidegate.load.protocols.LedgerStore`;
+:class:`DeliveryLedger` is the Redis store, :class:`tidegate.load.memory.MemoryLedger`
+its one-process twin (same
+behaviour suite, ``tests/load/stores/test_ledger_behaviour.py``). Both take the clock
+as a callable (ms since the epoch); without one, the Redis store reads Redis ``TIME``.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import redis
@@ -48,6 +55,7 @@ __all__ = [
     "DeliveryLedger",
     "DeliveryState",
     "LedgerEntry",
+    "parse_entry",
 ]
 
 #: How long a key is remembered: longer than any replay or redelivery.
@@ -88,7 +96,9 @@ class LedgerEntry(NamedTuple):
     in_doubt: bool = False
 
 
-def _parse(value: bytes | str | None) -> tuple[DeliveryState, float | None]:
+def parse_entry(value: bytes | str | None) -> tuple[DeliveryState, float | None]:
+    """An entry's stored form (``1``, ``s:<ms>``, ``s``; see ``ledger_sending.lua``) as
+    its state and send time; shared with the memory twin so both keep the same bytes."""
     if isinstance(value, str):  # a client built with decode_responses=True
         value = value.encode()
     if value is None:
@@ -104,13 +114,16 @@ def _parse(value: bytes | str | None) -> tuple[DeliveryState, float | None]:
 
 
 class DeliveryLedger:
-    """Per-downstream delivery state of each idempotency key.
+    """Per-downstream delivery state of each idempotency key, in Redis.
 
     Args:
         client: a sync Redis client.
         prefix: key prefix.
-        ttl_s: how long a key is remembered.
+        ttl_s: how long a key is remembered (Redis key TTL, real seconds).
         doubt_s: how long after a Redis restart :meth:`entry` says ``in_doubt``.
+        clock: ms since the epoch for send times and :attr:`LedgerEntry.now_ms`;
+            ``None`` = Redis ``TIME``, the fleet clock (tests pass a
+            :class:`~tidegate.flow.backends.memory.ManualClock`'s ``now_ms``).
     """
 
     def __init__(
@@ -120,6 +133,7 @@ class DeliveryLedger:
         prefix: str = DEFAULT_PREFIX,
         ttl_s: int = DEFAULT_LEDGER_TTL_S,
         doubt_s: float = DEFAULT_LEDGER_DOUBT_S,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if not (math.isfinite(doubt_s) and doubt_s >= 0):
             raise ConfigurationError(f"doubt_s must be a finite number >= 0, got {doubt_s!r}")
@@ -128,8 +142,13 @@ class DeliveryLedger:
         self._keys = Keyspace(prefix)
         self.ttl_s = ttl_s
         self.doubt_s = doubt_s
+        self._clock = clock
         self._sending = client.register_script(lua_script("ledger_sending", "tidegate.load"))
         self._entry = client.register_script(lua_script("ledger_entry", "tidegate.load"))
+
+    def _now_arg(self) -> str:
+        """ARGV ``now_ms`` of the scripts: the injected clock, or "" for Redis ``TIME``."""
+        return "" if self._clock is None else repr(float(self._clock()))
 
     def _key(self, downstream: str, key: str) -> str:
         return self._keys.delivered(downstream, key)
@@ -141,14 +160,15 @@ class DeliveryLedger:
         """Where ``key`` stands with ``downstream``."""
         with map_redis_errors("ledger check"):
             value = self.client.get(self._key(downstream, key))
-        return _parse(value)[0]
+        return parse_entry(value)[0]
 
     def entry(self, downstream: str, key: str) -> LedgerEntry:
         """``key``'s record with ``downstream``, the fleet clock and the doubt, in one call."""
         keys = [self._key(downstream, key), self._epoch_key(downstream)]
         with map_redis_errors("ledger check"):
-            value, now, doubt_until = self._entry(keys=keys, args=[self.doubt_s * 1000])
-        state, sent_at = _parse(value or None)
+            args: list[str | float] = [self.doubt_s * 1000, self._now_arg()]
+            value, now, doubt_until = self._entry(keys=keys, args=args)
+        state, sent_at = parse_entry(value or None)
         now_ms = float(now)
         return LedgerEntry(state, sent_at, now_ms, now_ms < float(doubt_until))
 
@@ -162,15 +182,16 @@ class DeliveryLedger:
         Args:
             downstream: the downstream's name.
             key: the unit's idempotency key.
-            now_ms: the send time in ms since epoch; ``""`` (the default) takes Redis
-                ``TIME``, the fleet clock. Tests pass their own.
+            now_ms: the send time in ms since epoch; ``""`` (the default) takes the
+                store's clock (Redis ``TIME`` when none was given).
 
         Returns:
             The recorded send time (ms since epoch), or ``None`` when the entry already
             says delivered.
         """
+        at = now_ms or self._now_arg()
         with map_redis_errors("ledger mark sending"):
-            sent = self._sending(keys=[self._key(downstream, key)], args=[now_ms, self.ttl_s])
+            sent = self._sending(keys=[self._key(downstream, key)], args=[at, self.ttl_s])
         return None if sent is None else float(sent)
 
     def refused(self, downstream: str, key: str) -> None:

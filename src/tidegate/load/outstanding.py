@@ -16,26 +16,39 @@ can have lost a message, and only its death *arms* a few orphan sweeps
 How an armed sweep finds the units that can have been lost without reading the queues
 (publish sequences ``s0``/``s1`` and the oldest queued message) is explained in
 :mod:`tidegate.integrations.celery.sweep_index`, which reads the index this registry keeps.
+
+The values and the verdict live in :mod:`tidegate.load.outstanding_units` (re-exported
+here), with :class:`~tidegate.load.protocols.OutstandingStore`, the protocol
+this Redis store and its memory twin (:class:`tidegate.load.memory.MemoryOutstanding`)
+share. The clock is injectable (``clock=``, ms since epoch): it stamps the sequences
+and the workers' beats; without one, Redis ``TIME`` does.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import redis
 
 from tidegate._redis import hash_pages, lua_script, map_redis_errors
-from tidegate.errors import ConfigurationError
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
+from tidegate.load.outstanding_units import (
+    DEFAULT_MISSES,
+    LANE_HEADER,
+    SEQ_HEADER,
+    IndexEntry,
+    OrphanVerdict,
+    OutstandingUnit,
+    find_orphans,
+)
 from tidegate.logging import get_logger, key_hash
 
 __all__ = [
     "DEFAULT_MISSES",
     "LANE_HEADER",
     "SEQ_HEADER",
+    "IndexEntry",
     "OrphanVerdict",
     "Outstanding",
     "OutstandingUnit",
@@ -44,95 +57,6 @@ __all__ = [
 
 log = get_logger("tidegate.load")
 
-#: Consecutive sweeps a unit's message must be missing before it is republished.
-DEFAULT_MISSES = 2
-
-
-@dataclass(frozen=True, slots=True)
-class OutstandingUnit:
-    """What is needed to publish a unit again, and which message carries it now."""
-
-    key: str
-    task: str
-    task_id: str
-    queue: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    #: The kombu list its message went to, without the broker's key prefix: the queue's
-    #: name for priority step 0 (the default), else name + separator + step.
-    lane: str = ""
-
-    @property
-    def index_lane(self) -> str:
-        return self.lane or self.queue
-
-    def to_json(self) -> str:
-        data = {
-            "task": self.task,
-            "task_id": self.task_id,
-            "queue": self.queue,
-            "args": self.args,
-            "kwargs": self.kwargs,
-        }
-        if self.lane and self.lane != self.queue:
-            data["lane"] = self.lane
-        return json.dumps(data, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, key: str, raw: str | bytes) -> OutstandingUnit:
-        data = json.loads(raw)
-        return cls(
-            key,
-            str(data["task"]),
-            str(data["task_id"]),
-            str(data["queue"]),
-            list(data["args"]),
-            dict(data["kwargs"]),
-            str(data.get("lane") or ""),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class OrphanVerdict:
-    """One sweep's decision: whom to republish, and the miss counts to store."""
-
-    orphans: list[OutstandingUnit]
-    misses: dict[str, int]
-
-
-def find_orphans(
-    units: Iterable[OutstandingUnit],
-    *,
-    present_task_ids: set[str],
-    parked_keys: set[str],
-    misses: Mapping[str, int],
-    threshold: int = DEFAULT_MISSES,
-) -> OrphanVerdict:
-    """Decide from one consistent snapshot which units the broker has lost.
-
-    A unit is present when its current message id is in a queue list or in
-    ``unacked``, or its key is in the parking lot. A present unit's miss count
-    returns to 0; an absent one's grows by one, and at ``threshold`` it is an orphan.
-    """
-    if threshold < 1:
-        raise ConfigurationError(f"threshold must be >= 1, got {threshold!r}")
-    orphans, counts = [], {}
-    for unit in units:
-        if unit.task_id in present_task_ids or unit.key in parked_keys:
-            continue
-        count = int(misses.get(unit.key, 0)) + 1
-        if count >= threshold:
-            orphans.append(unit)
-        else:
-            counts[unit.key] = count
-    return OrphanVerdict(orphans, counts)
-
-
-#: The message header that carries a unit's ``s0`` (see the module docstring).
-SEQ_HEADER = "tidegate_seq"
-#: The header that tells the publish confirm which list (lane) the message went to.
-LANE_HEADER = "tidegate_lane"
-
 
 class Outstanding:
     """The registry of published, unsettled units of one namespace, and its sweep index.
@@ -140,10 +64,19 @@ class Outstanding:
     Args:
         client: a sync Redis client (tidegate's Redis, not necessarily the broker's).
         prefix: key prefix (keys: :meth:`tidegate.keys.Keyspace.outstanding`).
+        clock: ms since the epoch for sequences and beats; ``None`` = Redis ``TIME``,
+            the fleet clock (tests pass a ``ManualClock``'s ``now_ms``).
     """
 
-    def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.client = client
+        self._clock = clock
         self.keys = keys = Keyspace(prefix).outstanding()
         self.base = keys.base
         self.units_key = keys.units
@@ -164,6 +97,10 @@ class Outstanding:
         self._drop = client.register_script(lua_script("outstanding_drop", "tidegate.load"))
         self._requeued = client.register_script(lua_script("outstanding_requeued", "tidegate.load"))
 
+    def _now_arg(self) -> str:
+        """ARGV ``now_ms`` of the scripts: the injected clock, or "" for Redis ``TIME``."""
+        return "" if self._clock is None else repr(float(self._clock()))
+
     def published_key(self, lane: str) -> str:
         """Units of ``lane`` whose push is not confirmed yet (score ``s0``)."""
         return self.keys.published(lane)
@@ -183,7 +120,7 @@ class Outstanding:
             worker,
             int(dead_after_s * 1000),
             arm_sweeps,
-            "" if now_ms is None else now_ms,
+            self._now_arg() if now_ms is None else now_ms,
         ]
         with map_redis_errors("worker beat"):
             return int(self._beat([self.workers_key, self.armed_key], args))
@@ -192,6 +129,12 @@ class Outstanding:
         """``worker`` stops cleanly: its silence is no death."""
         with map_redis_errors("worker retire"):
             self.client.zrem(self.workers_key, worker)
+
+    def workers(self) -> list[str]:
+        """The workers on the roll (alive, or not yet found dead), sorted."""
+        with map_redis_errors("worker roll"):
+            names = cast("list[bytes]", self.client.zrange(self.workers_key, 0, -1))
+        return sorted(name.decode() for name in names)
 
     def arm(self, sweeps: int) -> None:
         """Arm ``sweeps`` sweeps now (an operator who knows a worker died)."""
@@ -212,7 +155,7 @@ class Outstanding:
         keys = [self.units_key, self.misses_key, self.queues_key, self.seq_key, self.indexed_key]
         with map_redis_errors("outstanding record"):
             args = [unit.key, unit.to_json(), self.base, unit.queue, unit.index_lane]
-            return int(self._record(keys, args))
+            return int(self._record(keys, [*args, self._now_arg()]))
 
     def publish_keys_args(
         self, unit: OutstandingUnit, list_key: str, head: str, tail: str
@@ -220,7 +163,7 @@ class Outstanding:
         """KEYS and ARGV of ``outstanding_publish.lua`` (see :meth:`publish`)."""
         keys = [self.units_key, self.misses_key, self.queues_key, self.seq_key, self.indexed_key]
         args = [unit.key, unit.to_json(), self.base, unit.queue, unit.index_lane, head, tail]
-        return [*keys, list_key], args
+        return [*keys, list_key], [*args, self._now_arg()]
 
     @property
     def publish_script(self) -> str:
@@ -247,14 +190,15 @@ class Outstanding:
         waiting under ``s0``."""
         keys = [self.published_key(lane), self.pushed_key(lane), self.seq_key]
         with map_redis_errors("outstanding pushed"):
-            return int(self._pushed(keys, [key, s0, "" if s1 is None else s1]))
+            args: list[str | int] = [key, s0, "" if s1 is None else s1, self._now_arg()]
+            return int(self._pushed(keys, args))
 
     def requeued(self, key: str, task_id: str) -> int:
         """kombu pushed ``task_id`` (the unit's current message) again at the newest end
         of its list: a new ``s1``. Returns it, 0 if the record is of another message."""
         with map_redis_errors("outstanding requeued"):
             keys = [self.units_key, self.seq_key, self.misses_key]
-            return int(self._requeued(keys, [key, task_id, self.base]))
+            return int(self._requeued(keys, [key, task_id, self.base, self._now_arg()]))
 
     def hold(self, key: str) -> None:
         """``key`` is parked: the lot holds it, the sweep need not look for it."""
@@ -276,6 +220,17 @@ class Outstanding:
         with map_redis_errors("outstanding get"):
             raw = self.client.hget(self.units_key, key)
         return None if raw is None else OutstandingUnit.from_json(key, raw)
+
+    def indexed(self, key: str, lane: str) -> IndexEntry | None:
+        """Where the sweep's index of ``lane`` has ``key``, if anywhere."""
+        with map_redis_errors("outstanding index"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zscore(self.published_key(lane), key)
+            pipe.zscore(self.pushed_key(lane), key)
+            published, pushed = pipe.execute()
+        if pushed is not None:
+            return IndexEntry("pushed", int(pushed))
+        return None if published is None else IndexEntry("published", int(published))
 
     def __len__(self) -> int:
         with map_redis_errors("outstanding count"):

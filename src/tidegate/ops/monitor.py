@@ -63,6 +63,7 @@ from tidegate.load.watermarks import (
     advance,
 )
 from tidegate.logging import get_logger
+from tidegate.settings import Settings
 
 __all__ = [
     "DEFAULT_MONITOR_INTERVAL_S",
@@ -146,7 +147,10 @@ class Monitor:
         interval_s: sampling period.
         admission: the intake replays go through; ``None`` disables replay.
         replay_rate: documents replayed per second and queue, at most.
-        watermarks: the live watermarks (env defaults + Redis overrides by default).
+        watermarks: the live watermarks (by default ``settings.watermarks`` + the Redis
+            overrides).
+        settings: the process's settings, built once by its CLI or runtime; the
+            built-in values when omitted (never the environment read a second time).
         clock: monotonic seconds (for the replay credit).
     """
 
@@ -162,6 +166,7 @@ class Monitor:
         replay_rate: float = DEFAULT_REPLAY_RATE,
         watermarks: WatermarkStore | None = None,
         clock: Callable[[], float] = time.monotonic,
+        settings: Settings | None = None,
     ) -> None:
         specs = (
             [QueueSpec(q, g) for q, g in queues.items()]
@@ -181,7 +186,8 @@ class Monitor:
         self.interval_s = interval_s
         self.admission = admission
         self.replay_rate = replay_rate
-        self.watermarks = watermarks or WatermarkStore(client, prefix=prefix)
+        marks = (settings if settings is not None else Settings.load({})).watermarks
+        self.watermarks = watermarks or WatermarkStore(client, prefix=prefix, defaults=marks)
         self.board = LoadBoard(client, prefix=prefix)
         self.quarantine = Quarantine(client, prefix=prefix)
         self.holder = _holder()

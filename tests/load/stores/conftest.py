@@ -17,8 +17,32 @@ import redis
 from tidegate._redis import client_from_url
 from tidegate.flow.backends.memory import ManualClock
 from tidegate.load import DeadLetterQueue, ParkingLot, Quarantine
-from tidegate.load.memory import MemoryDeadLetterQueue, MemoryParkingLot, MemoryQuarantine
-from tidegate.load.protocols import DeadLetterStore, ParkingStore, QuarantineStore
+from tidegate.load.board import LoadBoard
+from tidegate.load.ledger import DeliveryLedger
+from tidegate.load.levels import Watermarks
+from tidegate.load.memory import (
+    MemoryDeadLetterQueue,
+    MemoryLedger,
+    MemoryLoadBoard,
+    MemoryOutstanding,
+    MemoryParkingLot,
+    MemoryQuarantine,
+    MemoryWatermarkStore,
+)
+from tidegate.load.outstanding import Outstanding
+from tidegate.load.protocols import (
+    DeadLetterStore,
+    LedgerStore,
+    LoadBoardStore,
+    OutstandingStore,
+    ParkingStore,
+    QuarantineStore,
+    WatermarkConfigStore,
+)
+from tidegate.load.watermark_store import WatermarkStore
+
+#: Ledger entries live this long in the suite (s): short enough to cross on the clock.
+LEDGER_TTL_S = 120
 
 STORES = [
     pytest.param("memory", id="memory"),
@@ -107,3 +131,46 @@ def other_dlq(
     if second_client is None:
         return dlq
     return DeadLetterQueue(second_client, prefix=prefix, clock=clock.now_ms)
+
+
+@pytest.fixture
+def ledger(store_backend: str, clock: ManualClock, request: pytest.FixtureRequest) -> LedgerStore:
+    """A delivery ledger on the shared manual clock."""
+    if store_backend == "memory":
+        return MemoryLedger(ttl_s=LEDGER_TTL_S, clock=clock.now_ms)
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("prefix")
+    return DeliveryLedger(client, prefix=prefix, ttl_s=LEDGER_TTL_S, clock=clock.now_ms)
+
+
+@pytest.fixture
+def watermark_store(store_backend: str, request: pytest.FixtureRequest) -> WatermarkConfigStore:
+    """The live watermarks, with defaults hwm=1000, lwm=100, shed_after=3."""
+    defaults = Watermarks(hwm=1000, lwm=100, shed_after=3)
+    if store_backend == "memory":
+        return MemoryWatermarkStore(defaults=defaults)
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("prefix")
+    return WatermarkStore(client, prefix=prefix, defaults=defaults)
+
+
+@pytest.fixture
+def board(store_backend: str, clock: ManualClock, request: pytest.FixtureRequest) -> LoadBoardStore:
+    """The load board on the shared manual clock."""
+    if store_backend == "memory":
+        return MemoryLoadBoard(clock=clock.now_ms)
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("prefix")
+    return LoadBoard(client, prefix=prefix, clock=clock.now_ms)
+
+
+@pytest.fixture
+def outstanding(
+    store_backend: str, clock: ManualClock, request: pytest.FixtureRequest
+) -> OutstandingStore:
+    """The registry of outstanding units on the shared manual clock."""
+    if store_backend == "memory":
+        return MemoryOutstanding(clock=clock.now_ms)
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("prefix")
+    return Outstanding(client, prefix=prefix, clock=clock.now_ms)

@@ -15,6 +15,7 @@ from tidegate.load.admission import Admission
 from tidegate.load.depth import QueueDepth
 from tidegate.load.quarantine import Quarantine
 from tidegate.load.watermarks import LoadBoard, WatermarkStore
+from tidegate.settings import Settings
 
 __all__ = ["RqDepthProbe", "RqSender", "rq_admission"]
 
@@ -69,6 +70,7 @@ def rq_admission(
     *,
     client: redis.Redis | None = None,
     prefix: str = DEFAULT_PREFIX,
+    settings: Settings | None = None,
     **options: Any,
 ) -> Admission:
     """An :class:`~tidegate.load.admission.Admission` for RQ queues.
@@ -78,15 +80,20 @@ def rq_admission(
         tasks: queue → job function path (``"myapp.jobs.lodge"``).
         client: tidegate's Redis (quarantine, board, watermarks); RQ's by default.
         prefix: tidegate's key prefix.
+        settings: the process's settings (watermark defaults, shedding policy);
+            the built-in values when omitted.
         options: the other keyword arguments of :class:`Admission`.
     """
     store = client if client is not None else connection
+    settings = settings if settings is not None else Settings.load({})
+    marks = WatermarkStore(store, prefix=prefix, defaults=settings.watermarks)
     return Admission(
         RqSender(connection),
         tasks,
         probe=options.pop("probe", RqDepthProbe(connection)),
         quarantine=Quarantine(store, prefix=prefix),
-        watermarks=options.pop("watermarks", WatermarkStore(store, prefix=prefix)),
+        settings=settings,
+        watermarks=options.pop("watermarks", marks),
         board=options.pop("board", LoadBoard(store, prefix=prefix)),
         **options,
     )

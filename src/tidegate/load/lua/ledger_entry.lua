@@ -12,12 +12,14 @@
 -- KEYS[2]  epoch   hash    run_id -> the server last seen, doubt_until -> ms since epoch
 --
 -- ARGV[1]  doubt_ms  how long a restart leaves the ledger in doubt, ms (>= 0)
+-- ARGV[2]  now_ms    current time in ms since epoch; "" = use Redis TIME (fleet clock)
 --
 -- Returns {entry or false, now_ms, doubt_until_ms} (times as decimal strings, ms since
--- epoch on Redis TIME).
+-- epoch on the clock of ARGV[2]).
 
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+--!include clock
+
+local now = clock(ARGV[2] or "")
 local value = redis.call("GET", KEYS[1])
 local run_id = string.match(redis.call("INFO", "server"), "run_id:(%x+)")
 local seen = redis.call("HGET", KEYS[2], "run_id")

@@ -23,6 +23,7 @@
 -- ARGV[5]  the unit's lane (the kombu list, without kombu's key prefix)
 -- ARGV[6]  the message (kombu's JSON) up to where s0 goes (the tidegate_seq header's value)
 -- ARGV[7]  the message after s0
+-- ARGV[8]  now_ms: the clock for both sequences, ms since epoch; "" = Redis TIME
 --
 -- Returns {s0, s1} (integers, µs-based publish sequences).
 
@@ -31,10 +32,10 @@
 
 local key, base, lane = ARGV[1], ARGV[3], ARGV[5]
 local s0 = record_unit(
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], key, ARGV[2], base, ARGV[4], lane
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], key, ARGV[2], base, ARGV[4], lane, ARGV[8]
 )
 redis.call("LPUSH", KEYS[6], ARGV[6] .. string.format("%.0f", s0) .. ARGV[7])
-local s1 = next_seq(KEYS[4])
+local s1 = next_seq(KEYS[4], ARGV[8])
 redis.call("ZREM", base .. ":published:" .. lane, key)
 redis.call("ZADD", base .. ":pushed:" .. lane, s1, key)
 return {s0, s1}

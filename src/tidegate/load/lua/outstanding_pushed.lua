@@ -13,6 +13,7 @@
 -- ARGV[2]  s0, as returned by outstanding_record
 -- ARGV[3]  s1 to store; "" = the next sequence (the sweep passes the one it read before
 --          its queue reads when it stamps a unit whose publisher never confirmed)
+-- ARGV[4]  now_ms: the clock for a new s1, ms since epoch; "" = Redis TIME
 --
 -- Returns s1, or 0 when the unit was not waiting under s0.
 
@@ -24,7 +25,7 @@ if not score or tonumber(score) ~= tonumber(ARGV[2]) then
 end
 local s1 = tonumber(ARGV[3])
 if not s1 then
-  s1 = next_seq(KEYS[3])
+  s1 = next_seq(KEYS[3], ARGV[4])
 end
 redis.call("ZREM", KEYS[1], ARGV[1])
 redis.call("ZADD", KEYS[2], s1, ARGV[1])

@@ -16,6 +16,7 @@
 --          <prefix>:published:<queue> and <prefix>:pushed:<queue>, score = sequence
 -- ARGV[4]  the unit's queue
 -- ARGV[5]  the unit's lane (the kombu list its message goes to, without prefix)
+-- ARGV[6]  now_ms: the clock for the sequence, ms since epoch; "" = Redis TIME
 --
 -- Returns s0, the unit's publish sequence (an integer).
 
@@ -23,5 +24,6 @@
 --!include record_unit
 
 return record_unit(
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
+  ARGV[6]
 )

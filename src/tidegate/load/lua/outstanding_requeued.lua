@@ -9,6 +9,7 @@
 -- ARGV[1]  idempotency key
 -- ARGV[2]  the requeued message's task id
 -- ARGV[3]  the index key prefix ("<prefix>:{outstanding}")
+-- ARGV[4]  now_ms: the clock for the new s1, ms since epoch; "" = Redis TIME
 --
 -- Returns the new s1, or 0 when the record is gone or belongs to another message.
 
@@ -24,7 +25,7 @@ if not ok or type(rec) ~= "table" or rec.task_id ~= ARGV[2] or type(rec.queue) ~
   return 0
 end
 local lane = rec.lane or rec.queue
-local s1 = next_seq(KEYS[2])
+local s1 = next_seq(KEYS[2], ARGV[4])
 redis.call("ZREM", base .. ":published:" .. lane, key)
 redis.call("ZADD", base .. ":pushed:" .. lane, s1, key)
 redis.call("HDEL", KEYS[3], key)
