@@ -42,6 +42,7 @@ from tidegate.flow.adaptive._hint import RateLimitHint
 from tidegate.flow.adaptive._policy import Mode, RatePolicy
 from tidegate.flow.adaptive._probe import (
     consecutive,
+    current_quiet_s,
     failed_probe,
     fallen_quiet_s,
     new_ceiling,
@@ -256,7 +257,9 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
     # they lead from here, and no ceiling is kept below them.
     believed = advertised is not None and base > advertised * policy.headroom
     if window.throttled and policy.suspension_prone and not echo and not believed:
-        ceiling = new_ceiling(state, policy, base, max(policy.min_rate, new), consecutive=again)
+        ceiling = new_ceiling(
+            state, policy, base, max(policy.min_rate, new), consecutive=again, window=window
+        )
         # One 429 at a rate that worked until now: the capacity moved a little, or a
         # burst ran out, and just under it is enough; a second 429 in a row cut deep.
         new = ceiling
@@ -264,8 +267,11 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
         state = replace(
             state,
             bad_rate=base,
+            bad_ceiling=ceiling,
             probe_from=None,
-            quiet_s=fallen_quiet_s(state, policy),
+            # A second cut of the same fall does not double the wait again (4 s to
+            # 8 s to 16 s before the first probe, at a third of the capacity).
+            quiet_s=current_quiet_s(state, policy) if again else fallen_quiet_s(state, policy),
             advertised_rate=advertised,
         )
     if advertised is not None:

@@ -111,6 +111,9 @@ class RateState:
         restored_ms: when a failed probe last put the ceiling back (its echoes hold).
         cut_ms: when a decision last lowered the rate: a call the gate admitted before
             it was spaced at the higher rate, and its 429 is an echo of that rate.
+        bad_ceiling: the ceiling the 429 at ``bad_rate`` left: probes that worked their
+            way a whole ``reprobe_factor`` above it show the capacity moved up since,
+            and ``bad_rate`` no longer bounds them.
     """
 
     rate: float
@@ -126,6 +129,7 @@ class RateState:
     advertised_rate: float | None = None
     restored_ms: float | None = None
     cut_ms: float | None = None
+    bad_ceiling: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
@@ -151,6 +155,7 @@ class RateState:
             "advertised_rate": self.advertised_rate,
             "restored_ms": self.restored_ms,
             "cut_ms": self.cut_ms,
+            "bad_ceiling": self.bad_ceiling,
         }
 
     @classmethod
@@ -171,6 +176,7 @@ class RateState:
                 advertised_rate=_opt_float(data.get("advertised_rate")),
                 restored_ms=_opt_float(data.get("restored_ms")),
                 cut_ms=_opt_float(data.get("cut_ms")),
+                bad_ceiling=_opt_float(data.get("bad_ceiling")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"unreadable rate state {data!r}: {exc}") from exc
