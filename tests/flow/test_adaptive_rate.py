@@ -81,6 +81,7 @@ windows = st.builds(
     # Admission times around the run's clock (T0 plus up to 60 gaps of 30 s): before
     # and after any cut, or unknown.
     throttled_admitted_ms=st.one_of(st.none(), st.floats(T0 - 5_000, T0 + 1_800_000)),
+    unavailable_admitted_ms=st.one_of(st.none(), st.floats(T0 - 5_000, T0 + 1_800_000)),
 )
 
 ticks = st.lists(st.tuples(st.floats(0, 30_000), windows), min_size=1, max_size=60)
@@ -131,7 +132,7 @@ def test_a_suspension_prone_downstream_is_never_sent_above_its_ceiling(
             guessed = window.throttled_admitted_ms is None  # no admission time
             if echo and guessed and previous.probe_from is None:
                 assert state.ceiling == previous.ceiling
-        if decision.reason == "throttled_stale":
+        if decision.reason in ("throttled_stale", "unavailable_stale"):
             assert (state.rate, state.ceiling) == (previous.rate, previous.ceiling)
         raised = (
             state.ceiling is not None
@@ -220,6 +221,43 @@ def test_a_429_storm_with_admission_times_never_raises_the_rate(
         stale = window.throttled_admitted_ms is not None and cut is not None
         stale = stale and window.throttled_admitted_ms < cut  # type: ignore[operator]
         assert (decision.reason == "throttled_stale") == stale
+
+
+@given(
+    policy=policies,
+    start=st.floats(0.1, 500),
+    storm=st.lists(
+        st.tuples(
+            st.floats(0, 5_000),
+            st.builds(
+                RateWindow,
+                successes=st.integers(0, 50),
+                unavailable=st.integers(1, 50),
+                saturated=st.booleans(),
+                sent_rate=st.one_of(st.none(), st.floats(0, 500)),
+                unavailable_admitted_ms=st.one_of(st.none(), st.floats(T0 - 5_000, T0 + 400_000)),
+            ),
+        ),
+        min_size=1,
+        max_size=80,
+    ),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_503_storm_with_admission_times_never_raises_the_rate(
+    policy: RatePolicy, start: float, storm: list[tuple[float, RateWindow]]
+) -> None:
+    """Stamped 503s, like stamped 429s: an echo holds, a fresh one cuts — never up, and
+    a hold is exactly a window whose every 503 was admitted before the last cut."""
+    state = initial_rate_state(policy, RateState(rate=start))
+    decisions = run(policy, storm, start=state)
+    rates = [state.rate] + [d.state.rate for d in decisions]
+    assert all(later <= earlier for earlier, later in itertools.pairwise(rates))
+    for (_, window), decision in zip(storm, decisions, strict=True):
+        assert decision.reason in {"unavailable", "unavailable_stale"}
+        cut = decision.previous.cut_ms
+        stale = window.unavailable_admitted_ms is not None and cut is not None
+        stale = stale and window.unavailable_admitted_ms < cut  # type: ignore[operator]
+        assert (decision.reason == "unavailable_stale") == stale
 
 
 @given(policy=policies, steps=ticks)
@@ -1042,6 +1080,43 @@ def test_a_fresh_429_right_after_a_cut_lowers_the_ceiling() -> None:
     assert fresh.state.rate <= fresh.state.ceiling
     assert guessed.state.ceiling == state.ceiling
     assert guessed.state.rate < state.rate
+
+
+def test_a_503_of_a_call_admitted_before_the_cut_is_stale() -> None:
+    """Like a 429's: the cut already answered it — named ``unavailable_stale``, and
+    neither the rate nor the ceiling moves; a fresh one (admitted after the cut and
+    its old interval) cuts again."""
+    state = decide_rate(RateState(rate=10.0), RateWindow(unavailable=1), PRONE, now_ms=T0).state
+    stale = RateWindow(successes=3, unavailable=2, saturated=True, unavailable_admitted_ms=T0 - 300)
+    fresh = RateWindow(successes=3, unavailable=1, saturated=True, unavailable_admitted_ms=T0 + 500)
+
+    held = decide_rate(state, stale, PRONE, now_ms=T0 + 1_000)
+    cut = decide_rate(state, fresh, PRONE, now_ms=T0 + 1_000)
+
+    assert held.reason == "unavailable_stale"
+    assert (held.state.rate, held.state.ceiling) == (state.rate, state.ceiling)
+    assert held.state.last_rejection_ms == state.last_rejection_ms
+    assert not held.changed
+    assert cut.reason == "unavailable"
+    assert cut.state.rate < state.rate
+
+
+def test_stale_429s_beside_stale_503s_hold_and_a_fresh_one_beside_them_cuts() -> None:
+    """Echoes of both kinds in one window: nothing new, hold. A fresh 429 beside stale
+    503s is news, and it is judged as a 429 alone."""
+    state = decide_rate(RateState(rate=10.0), RateWindow(throttled=1), PRONE, now_ms=T0).state
+    echoes = RateWindow(
+        throttled=1,
+        unavailable=1,
+        throttled_admitted_ms=T0 - 100,
+        unavailable_admitted_ms=T0 - 100,
+    )
+    mixed = replace(echoes, throttled_admitted_ms=T0 + 500)
+
+    assert decide_rate(state, echoes, PRONE, now_ms=T0 + 1_000).reason == "throttled_stale"
+    news = decide_rate(state, mixed, PRONE, now_ms=T0 + 1_000)
+    assert news.reason == "throttled"
+    assert news.state.rate < state.rate
 
 
 def test_a_503_in_the_window_cuts_even_beside_stale_429s() -> None:

@@ -20,6 +20,7 @@ __all__ = ["RateDecision", "RateReason", "RateState", "RateWindow"]
 RateReason: TypeAlias = Literal[
     "throttled",  # a 429: multiplicative decrease (and a new ceiling if suspension-prone)
     "throttled_stale",  # only 429s of calls admitted before the last cut: nothing new
+    "unavailable_stale",  # only 503s (and 429s) admitted before the last cut: the same
     "unavailable",  # a 503: multiplicative decrease, the ceiling untouched
     "advertised",  # rate-limit headers: straight to the advertised rate
     "advertised_exhausted",  # the headers say nothing is left: wait for the reset
@@ -60,6 +61,8 @@ class RateWindow:
             calls (fleet clock, ms); ``None`` when there was none or any of them came
             without its admission time. A call admitted before the last cut went out
             at the rate before it, so its 429 says nothing about the rate now.
+        unavailable_admitted_ms: the same for the 503s (and refused calls): a 503 cut
+            the rate too, and the calls already admitted draw their 503s after it.
     """
 
     successes: int = 0
@@ -69,6 +72,7 @@ class RateWindow:
     sent_rate: float | None = None
     hint: RateLimitHint | None = None
     throttled_admitted_ms: float | None = None
+    unavailable_admitted_ms: float | None = None
 
     def __post_init__(self) -> None:
         _count("successes", self.successes)
@@ -80,13 +84,14 @@ class RateWindow:
             raise ConfigurationError(
                 f"sent_rate must be a finite number >= 0 or None, got {self.sent_rate!r}"
             )
-        stamp = self.throttled_admitted_ms
-        if stamp is not None and not (
-            isinstance(stamp, int | float) and not isinstance(stamp, bool) and math.isfinite(stamp)
-        ):
-            raise ConfigurationError(
-                f"throttled_admitted_ms must be a finite number or None, got {stamp!r}"
-            )
+        for name in ("throttled_admitted_ms", "unavailable_admitted_ms"):
+            stamp = getattr(self, name)
+            if stamp is not None and not (
+                isinstance(stamp, int | float)
+                and not isinstance(stamp, bool)
+                and math.isfinite(stamp)
+            ):
+                raise ConfigurationError(f"{name} must be a finite number or None, got {stamp!r}")
 
 
 @dataclass(frozen=True, slots=True)
