@@ -100,12 +100,13 @@ def new_ceiling(
 
     ``ceiling_margin × base``, or lower where the 429 says more:
 
-    * the slow start's first 429: ``ceiling_margin ×`` the rate of the last window
-      that went through cleanly (the rate grows a whole factor per tick, so the 429
-      says only that the capacity lies between the two; and one clean tick is weak
-      evidence — a bucket's burst hides a small excess for a second, and answers come
-      back up to a tick late — so the margin applies to it too: without it, the
-      clean rate drew the second 429 that cut deep and starved the start);
+    * the slow start's first 429: the rate of the last window that went through
+      cleanly (the rate grows a whole factor per tick, so the 429 says only that the
+      capacity lies between the two) — ``ceiling_margin ×`` that when the 429 came to
+      a call admitted at it, before the last increase: one clean tick is weak evidence
+      (a bucket's burst hides a small excess for a second, and answers come back up to
+      a tick late), and that clean rate drew the second 429 that cut deep and starved
+      the start;
     * a 429 right after the previous cut's: well under the rate it is cut to
       (``× ceiling_margin × 0.8``: the capacity fell by more than a cut, by how much
       is unknown, and a ceiling left just above the fallen capacity draws no 429 for
