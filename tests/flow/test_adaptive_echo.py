@@ -160,6 +160,37 @@ def test_one_429_without_its_admission_time_makes_the_window_news(
     assert rate.throttled_admitted_ms is None
 
 
+def test_the_window_keeps_the_latest_admission_of_its_503s_too(
+    store: AdaptiveStore, keys: AdaptiveKeys
+) -> None:
+    """A 503 (or a refused call) of a call admitted before a cut is an echo of the rate
+    before it as much as a 429 is: its admission time reaches the window too, kept
+    apart from the 429s'."""
+    store.observe(keys, "unavailable", admitted_ms=T0 - 200)
+    store.observe(keys, "unavailable", admitted_ms=T0 - 50)
+    store.observe(keys, "throttled", admitted_ms=T0 - 400)
+
+    obs = store.drain(keys)
+    rate, _ = windows(obs, elapsed_s=1.0)
+
+    assert (obs.unavailable_stamped, obs.throttled_stamped) == (2, 1)
+    assert rate.unavailable_admitted_ms == T0 - 50
+    assert rate.throttled_admitted_ms == T0 - 400
+
+
+def test_one_503_without_its_admission_time_makes_the_window_news(
+    store: AdaptiveStore, keys: AdaptiveKeys
+) -> None:
+    """As for 429s: an unstamped 503 may be fresh, so no time is claimed."""
+    store.observe(keys, "unavailable", admitted_ms=T0 - 300)
+    store.observe(keys, "unavailable")
+
+    rate, _ = windows(store.drain(keys), elapsed_s=1.0)
+
+    assert rate.unavailable == 2
+    assert rate.unavailable_admitted_ms is None
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), True, "soon"])
 def test_a_nonsense_admission_time_is_refused(
     store: AdaptiveStore, keys: AdaptiveKeys, bad: Any
@@ -243,6 +274,64 @@ def test_a_429_of_a_call_admitted_after_the_cut_cuts_again(
     assert again is not None
     assert again.rate is not None
     assert again.rate.reason == "throttled"
+    assert gate.state().policy.rate < cut_rate
+
+
+def test_the_echo_of_a_503_cut_is_logged_and_cuts_nothing(
+    leader: AdaptiveController, gate: Gate, clock: ManualClock
+) -> None:
+    """A 503 cuts the gate from 10/s (x0.7); a call admitted before that cut draws its
+    503 after it. The next tick names it (``unavailable_stale``, one
+    ``adaptive_rate_stale_rejection`` event) and leaves the rate alone — before, it
+    cut again to 4.9/s, and a third echo to 3.4/s."""
+    reporter = AdaptiveReporter(leader, gate)
+    leader.run_once(gate)
+    clock.advance(1)
+    with gate.slot():
+        reporter.observe("unavailable", latency_ms=15.0, hint=None)
+    with gate.slot():  # admitted now, before the cut; its answer comes later
+        cut = leader.run_once(gate)
+        clock.advance(1)
+        reporter.observe("unavailable", latency_ms=900.0, hint=None)
+
+    assert cut is not None
+    assert cut.rate is not None
+    assert cut.rate.reason == "unavailable"
+    cut_rate = gate.state().policy.rate
+    assert cut_rate == pytest.approx(7.0)
+    with capture_logs() as logs:
+        echo = leader.run_once(gate)
+
+    assert echo is not None
+    assert echo.rate is not None
+    assert echo.rate.reason == "unavailable_stale"
+    assert gate.state().policy.rate == cut_rate
+    stale = [e for e in logs if e["event"] == "adaptive_rate_stale_rejection"]
+    assert len(stale) == 1
+    assert (stale[0]["unavailable"], stale[0]["throttled"]) == (1, 0)
+
+
+def test_a_503_of_a_call_admitted_after_the_cut_cuts_again(
+    leader: AdaptiveController, gate: Gate, clock: ManualClock
+) -> None:
+    """Admitted after the cut (and after the old interval): news about the new rate."""
+    reporter = AdaptiveReporter(leader, gate)
+    leader.run_once(gate)
+    clock.advance(1)
+    with gate.slot():
+        reporter.observe("unavailable", latency_ms=15.0, hint=None)
+    leader.run_once(gate)
+    cut_rate = gate.state().policy.rate
+    clock.advance(1)
+    with gate.slot():
+        clock.advance(0.1)
+        reporter.observe("unavailable", latency_ms=15.0, hint=None)
+
+    again = leader.run_once(gate)
+
+    assert again is not None
+    assert again.rate is not None
+    assert again.rate.reason == "unavailable"
     assert gate.state().policy.rate < cut_rate
 
 

@@ -241,8 +241,8 @@ class AdaptiveController:
                 cstate, latency, policy.concurrency, now_ms=now, mode=policy.mode
             )
             record = replace(record, concurrency=concurrency_decision.state)
-        throttled = 0 if rate is None else rate.throttled
-        events = self._events(rate_decision, concurrency_decision, now, throttled=throttled)
+        rejected = (0, 0) if rate is None else (rate.throttled, rate.unavailable)
+        events = self._events(rate_decision, concurrency_decision, now, rejected=rejected)
         saved = self.store.save(
             self.keys,
             self.holder,
@@ -353,15 +353,22 @@ class AdaptiveController:
         concurrency: ConcurrencyDecision | None,
         now: float,
         *,
-        throttled: int = 0,
+        rejected: tuple[int, int] = (0, 0),
     ) -> list[tuple[str, dict[str, Any]]]:
         events = []
         if rate is not None and rate.changed:
             events.append(("adaptive_rate_changed", {"kind": "rate", "at_ms": now, **rate.event()}))
-        elif rate is not None and rate.reason == "throttled_stale":
-            # Nothing moves, but an operator reading the history sees the 429s and why
-            # they did not cut (the gateway counts them towards a suspension all the same).
-            fields = {"kind": "rate", "at_ms": now, **rate.event(), "throttled": throttled}
+        elif rate is not None and rate.reason in ("throttled_stale", "unavailable_stale"):
+            # Nothing moves, but an operator reading the history sees the 429s (503s) and
+            # why they did not cut (the gateway counts 429s towards a suspension anyway).
+            throttled, unavailable = rejected
+            fields = {
+                "kind": "rate",
+                "at_ms": now,
+                **rate.event(),
+                "throttled": throttled,
+                "unavailable": unavailable,
+            }
             events.append(("adaptive_rate_stale_rejection", fields))
         if concurrency is not None and concurrency.changed:
             fields = {"kind": "concurrency", "at_ms": now, **concurrency.event()}

@@ -48,6 +48,7 @@ class Observations:
         hint: the last rate-limit headers reported in the window.
         throttled_stamped: 429s reported with their admission time.
         throttled_admitted_max_ms: the latest of those admission times (fleet clock).
+        unavailable_stamped, unavailable_admitted_max_ms: the same for 503s.
     """
 
     ok: int = 0
@@ -61,6 +62,8 @@ class Observations:
     hint: RateLimitHint | None = None
     throttled_stamped: int = 0
     throttled_admitted_max_ms: float | None = None
+    unavailable_stamped: int = 0
+    unavailable_admitted_max_ms: float | None = None
 
     @property
     def calls(self) -> int:
@@ -144,6 +147,8 @@ def observations_from_fields(fields: Mapping[str, str]) -> Observations:
         hint=_hint(fields.get("hint")),
         throttled_stamped=_int(fields, "throttled_stamped"),
         throttled_admitted_max_ms=_float(fields.get("throttled_admitted_max_ms")),
+        unavailable_stamped=_int(fields, "unavailable_stamped"),
+        unavailable_admitted_max_ms=_float(fields.get("unavailable_admitted_max_ms")),
     )
 
 
@@ -170,9 +175,10 @@ def windows(
     sent = None
     if elapsed_s is not None and elapsed_s > 0 and obs.calls:
         sent = obs.calls / elapsed_s
-    # The latest admission time says something only if every 429 brought one: an
-    # unstamped 429 may be fresh, and then the window is not an echo.
+    # The latest admission time says something only if every 429 (503) brought one:
+    # an unstamped one may be fresh, and then the window is not an echo.
     stamped = obs.throttled > 0 and obs.throttled_stamped >= obs.throttled
+    stamped_503 = obs.unavailable > 0 and obs.unavailable_stamped >= obs.unavailable
     rate = RateWindow(
         successes=obs.ok,
         throttled=obs.throttled,
@@ -181,6 +187,7 @@ def windows(
         sent_rate=sent,
         hint=obs.hint,
         throttled_admitted_ms=obs.throttled_admitted_max_ms if stamped else None,
+        unavailable_admitted_ms=obs.unavailable_admitted_max_ms if stamped_503 else None,
     )
     if obs.latency_count and obs.latency_min_ms is not None:
         mean = max(obs.latency_sum_ms / obs.latency_count, obs.latency_min_ms)

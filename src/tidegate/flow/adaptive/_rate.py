@@ -27,8 +27,9 @@ Guarantees, for any sequence of windows (property-tested):
   the ceiling a 429 sets lies below the rate the 429 appeared at (or at the floor);
 * a 429 of a call the gate admitted before the last cut (``throttled_admitted_ms``
   earlier than ``cut_ms``) is an echo of the rate before it: counted, named
-  ``throttled_stale``, and nothing moves. Reports without admission times fall back
-  on the clock: 429s within ``settle_s`` of a new ceiling only cut the rate;
+  ``throttled_stale``, and nothing moves; so is a 503 (``unavailable_stale``).
+  Reports without admission times fall back on the clock: 429s within ``settle_s``
+  of a new ceiling only cut the rate;
 * under a storm of 429s the rate never rises, and falls to the floor.
 """
 
@@ -42,6 +43,7 @@ from tidegate.flow.adaptive._hint import RateLimitHint
 from tidegate.flow.adaptive._policy import Mode, RatePolicy
 from tidegate.flow.adaptive._probe import (
     consecutive,
+    current_quiet_s,
     failed_probe,
     fallen_quiet_s,
     new_ceiling,
@@ -154,30 +156,35 @@ def decide_rate(
     return _decision(probed, state.rate, probed.ceiling, "reprobe", now_ms, previous=before)
 
 
-def _stale(state: RateState, window: RateWindow) -> bool:
-    """Every 429 in the window came from a call admitted before the last cut.
+def _stale(count: int, admitted: float | None, cut: float | None) -> bool:
+    """Every rejection of a kind (``count`` of them) came from a call admitted before
+    the last cut (``admitted`` is the latest admission among them).
 
     The gate hands slots out ahead (to the workers waiting on it) at the rate in force,
-    and answers come back after the next tick: the calls that drew a cut's 429 have
-    company on the wire, and their 429s land in the windows after the cut. They say
-    the old rate was too high — already acted on — and nothing about the new one.
-    Without admission times (``None``) every 429 counts, as before.
+    and answers come back after the next tick: the calls that drew a cut's 429 (or
+    503) have company on the wire, and their answers land in the windows after the
+    cut. They say the old rate was too high — already acted on — and nothing about
+    the new one. Without admission times (``None``) every rejection counts, as before.
     """
-    admitted, cut = window.throttled_admitted_ms, state.cut_ms
-    return window.throttled > 0 and admitted is not None and cut is not None and admitted < cut
+    return count > 0 and admitted is not None and cut is not None and admitted < cut
 
 
 def _without_echoes(
     state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
 ) -> RateWindow | RateDecision:
-    """The window with its stale 429s set aside, or the decision to hold when they
-    were all it had (a 503 beside them is still news)."""
-    if not _stale(state, window):
-        return window
-    if window.unavailable:
-        return replace(window, throttled=0, throttled_admitted_ms=None)
+    """The window with its stale 429s and 503s set aside, or the decision to hold when
+    they were all it had (a fresh rejection of either kind beside them is news)."""
+    cut = state.cut_ms
+    fresh = window
+    if _stale(window.throttled, window.throttled_admitted_ms, cut):
+        fresh = replace(fresh, throttled=0, throttled_admitted_ms=None)
+    if _stale(window.unavailable, window.unavailable_admitted_ms, cut):
+        fresh = replace(fresh, unavailable=0, unavailable_admitted_ms=None)
+    if fresh is window or fresh.throttled or fresh.unavailable:
+        return fresh
     ceiling = state.ceiling if policy.suspension_prone else None
-    return _decision(state, state.rate, ceiling, "throttled_stale", now_ms)
+    reason: RateReason = "throttled_stale" if window.throttled else "unavailable_stale"
+    return _decision(state, state.rate, ceiling, reason, now_ms)
 
 
 def _grow(state: RateState, policy: RatePolicy, ceiling: float | None, elapsed_s: float) -> float:
@@ -256,7 +263,9 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
     # they lead from here, and no ceiling is kept below them.
     believed = advertised is not None and base > advertised * policy.headroom
     if window.throttled and policy.suspension_prone and not echo and not believed:
-        ceiling = new_ceiling(state, policy, base, max(policy.min_rate, new), consecutive=again)
+        ceiling = new_ceiling(
+            state, policy, base, max(policy.min_rate, new), consecutive=again, window=window
+        )
         # One 429 at a rate that worked until now: the capacity moved a little, or a
         # burst ran out, and just under it is enough; a second 429 in a row cut deep.
         new = ceiling
@@ -264,8 +273,11 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
         state = replace(
             state,
             bad_rate=base,
+            bad_ceiling=ceiling,
             probe_from=None,
-            quiet_s=fallen_quiet_s(state, policy),
+            # A second cut of the same fall does not double the wait again (4 s to
+            # 8 s to 16 s before the first probe, at a third of the capacity).
+            quiet_s=current_quiet_s(state, policy) if again else fallen_quiet_s(state, policy),
             advertised_rate=advertised,
         )
     if advertised is not None:

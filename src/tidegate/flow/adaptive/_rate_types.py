@@ -20,6 +20,7 @@ __all__ = ["RateDecision", "RateReason", "RateState", "RateWindow"]
 RateReason: TypeAlias = Literal[
     "throttled",  # a 429: multiplicative decrease (and a new ceiling if suspension-prone)
     "throttled_stale",  # only 429s of calls admitted before the last cut: nothing new
+    "unavailable_stale",  # only 503s (and 429s) admitted before the last cut: the same
     "unavailable",  # a 503: multiplicative decrease, the ceiling untouched
     "advertised",  # rate-limit headers: straight to the advertised rate
     "advertised_exhausted",  # the headers say nothing is left: wait for the reset
@@ -60,6 +61,8 @@ class RateWindow:
             calls (fleet clock, ms); ``None`` when there was none or any of them came
             without its admission time. A call admitted before the last cut went out
             at the rate before it, so its 429 says nothing about the rate now.
+        unavailable_admitted_ms: the same for the 503s (and refused calls): a 503 cut
+            the rate too, and the calls already admitted draw their 503s after it.
     """
 
     successes: int = 0
@@ -69,6 +72,7 @@ class RateWindow:
     sent_rate: float | None = None
     hint: RateLimitHint | None = None
     throttled_admitted_ms: float | None = None
+    unavailable_admitted_ms: float | None = None
 
     def __post_init__(self) -> None:
         _count("successes", self.successes)
@@ -80,13 +84,14 @@ class RateWindow:
             raise ConfigurationError(
                 f"sent_rate must be a finite number >= 0 or None, got {self.sent_rate!r}"
             )
-        stamp = self.throttled_admitted_ms
-        if stamp is not None and not (
-            isinstance(stamp, int | float) and not isinstance(stamp, bool) and math.isfinite(stamp)
-        ):
-            raise ConfigurationError(
-                f"throttled_admitted_ms must be a finite number or None, got {stamp!r}"
-            )
+        for name in ("throttled_admitted_ms", "unavailable_admitted_ms"):
+            stamp = getattr(self, name)
+            if stamp is not None and not (
+                isinstance(stamp, int | float)
+                and not isinstance(stamp, bool)
+                and math.isfinite(stamp)
+            ):
+                raise ConfigurationError(f"{name} must be a finite number or None, got {stamp!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,9 @@ class RateState:
         restored_ms: when a failed probe last put the ceiling back (its echoes hold).
         cut_ms: when a decision last lowered the rate: a call the gate admitted before
             it was spaced at the higher rate, and its 429 is an echo of that rate.
+        bad_ceiling: the ceiling the 429 at ``bad_rate`` left: probes that worked their
+            way a whole ``reprobe_factor`` above it show the capacity moved up since,
+            and ``bad_rate`` no longer bounds them.
     """
 
     rate: float
@@ -126,6 +134,7 @@ class RateState:
     advertised_rate: float | None = None
     restored_ms: float | None = None
     cut_ms: float | None = None
+    bad_ceiling: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
@@ -151,6 +160,7 @@ class RateState:
             "advertised_rate": self.advertised_rate,
             "restored_ms": self.restored_ms,
             "cut_ms": self.cut_ms,
+            "bad_ceiling": self.bad_ceiling,
         }
 
     @classmethod
@@ -171,6 +181,7 @@ class RateState:
                 advertised_rate=_opt_float(data.get("advertised_rate")),
                 restored_ms=_opt_float(data.get("restored_ms")),
                 cut_ms=_opt_float(data.get("cut_ms")),
+                bad_ceiling=_opt_float(data.get("bad_ceiling")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"unreadable rate state {data!r}: {exc}") from exc

@@ -328,11 +328,11 @@ class MemoryAdaptiveStore:
                 add("held", 1)
             if encoded:
                 window["hint"] = encoded
-            if outcome == "throttled" and admitted_ms is not None:
-                add("throttled_stamped", 1)
-                latest = window.get("throttled_admitted_max_ms")
+            if outcome != "ok" and admitted_ms is not None:
+                add(f"{outcome}_stamped", 1)
+                latest = window.get(f"{outcome}_admitted_max_ms")
                 if latest is None or admitted_ms > float(latest):
-                    window["throttled_admitted_max_ms"] = repr(float(admitted_ms))
+                    window[f"{outcome}_admitted_max_ms"] = repr(float(admitted_ms))
 
     def drain(self, keys: AdaptiveKeys) -> Observations:
         with self._lock:

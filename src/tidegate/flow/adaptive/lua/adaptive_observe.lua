@@ -7,7 +7,9 @@
 -- KEYS[1]  obs   hash  ok, throttled, unavailable, held (counts); latency_count,
 --                      latency_sum_ms, latency_min_ms, max_in_flight; hint (JSON);
 --                      throttled_stamped (429s with an admission time) and
---                      throttled_admitted_max_ms (the latest of those times)
+--                      throttled_admitted_max_ms (the latest of those times);
+--                      unavailable_stamped and unavailable_admitted_max_ms (the
+--                      same for 503s and refused calls)
 --
 -- ARGV[1]  outcome      "ok", "throttled" or "unavailable"
 -- ARGV[2]  latency_ms   the call's latency in ms; "" when unknown (refused calls)
@@ -16,8 +18,8 @@
 -- ARGV[5]  hint         the answer's rate-limit headers as JSON; "" when none
 -- ARGV[6]  ttl_ms       the window's expiry if nobody drains it, ms
 -- ARGV[7]  admitted_ms  when the gate admitted the call, fleet clock in ms; "" when
---                       unknown (only kept for a 429: the controller sets aside 429s
---                       of calls admitted before its last cut)
+--                       unknown (kept for a 429 or a 503: the controller sets aside
+--                       rejections of calls admitted before its last cut)
 --
 -- Returns 1.
 
@@ -44,11 +46,12 @@ if ARGV[5] ~= "" then
   redis.call("HSET", obs, "hint", ARGV[5])
 end
 local admitted = tonumber(ARGV[7])
-if ARGV[1] == "throttled" and admitted then
-  redis.call("HINCRBY", obs, "throttled_stamped", 1)
-  local latest = tonumber(redis.call("HGET", obs, "throttled_admitted_max_ms"))
+if ARGV[1] ~= "ok" and admitted then
+  redis.call("HINCRBY", obs, ARGV[1] .. "_stamped", 1)
+  local field = ARGV[1] .. "_admitted_max_ms"
+  local latest = tonumber(redis.call("HGET", obs, field))
   if latest == nil or admitted > latest then
-    redis.call("HSET", obs, "throttled_admitted_max_ms", ARGV[7])
+    redis.call("HSET", obs, field, ARGV[7])
   end
 end
 redis.call("PEXPIRE", obs, tonumber(ARGV[6]))
