@@ -200,7 +200,7 @@ PINNED: list[tuple[Event, str, str, str, set[str]]] = [
     ),
     (
         RateStaleRejection(
-            "customs", "rate", 1.0, "throttled_stale", 5.0, 5.0, 10.0, 10.0, None, 3
+            "customs", "rate", 1.0, "throttled_stale", 5.0, 5.0, 10.0, 10.0, None, 3, 0
         ),
         "adaptive_rate_stale_rejection",
         "warning",
@@ -216,6 +216,7 @@ PINNED: list[tuple[Event, str, str, str, set[str]]] = [
             "previous_ceiling",
             "pause_s",
             "throttled",
+            "unavailable",
         },
     ),
     (

@@ -35,7 +35,8 @@ class RateChanged(Event):
 
 @dataclass(frozen=True, slots=True)
 class RateStaleRejection(Event):
-    """429s arrived that predate the last cut: counted, but the rate does not move."""
+    """429s or 503s arrived to calls admitted before the last cut: counted, but the rate
+    does not move."""
 
     EVENT: ClassVar[str] = "adaptive_rate_stale_rejection"
     LEVEL: ClassVar[Level] = "warning"
@@ -51,6 +52,7 @@ class RateStaleRejection(Event):
     previous_ceiling: float | None
     pause_s: float | None
     throttled: int
+    unavailable: int
 
 
 @dataclass(frozen=True, slots=True)
