@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.resources
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -31,10 +31,12 @@ from tidegate.errors import (
 __all__ = [
     "async_client_from_url",
     "client_from_url",
+    "clock_ms",
     "hash_pages",
     "lua_script",
     "map_redis_errors",
     "redact_url",
+    "script_now_ms",
     "translate_redis_error",
     "unwritable_cause",
 ]
@@ -173,3 +175,20 @@ def hash_pages(
             yield fields
         if cursor == 0:
             return
+
+
+def clock_ms(client: redis.Redis, clock: Callable[[], float] | None, operation: str) -> float:
+    """A store's "now", ms since the epoch: the injected ``clock`` (a test's manual one),
+    else the server's ``TIME`` — the fleet clock every worker reads alike, whatever its
+    host's own clock says."""
+    if clock is not None:
+        return float(clock())
+    with map_redis_errors(operation):
+        seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) / 1000
+
+
+def script_now_ms(clock: Callable[[], float] | None) -> str:
+    """A script's ``now_ms`` ARGV: the injected clock's time, or "" — the scripts then
+    read Redis ``TIME`` themselves, in the same atomic step."""
+    return "" if clock is None else repr(float(clock()))

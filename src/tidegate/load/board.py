@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from tidegate._redis import map_redis_errors
+from tidegate._redis import clock_ms, map_redis_errors
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.load.depth import QueueDepth
 from tidegate.load.levels import LoadState, Watermarks
@@ -114,11 +114,7 @@ class LoadBoard:
 
     def now_ms(self) -> float:
         """The board's clock (Redis ``TIME`` unless one was injected), ms since the epoch."""
-        if self._clock is not None:
-            return float(self._clock())
-        with map_redis_errors("board clock"):
-            seconds, micros = self.client.time()
-        return seconds * 1000.0 + micros / 1000.0
+        return clock_ms(self.client, self._clock, "board clock")
 
     def publish(self, entries: Sequence[BoardEntry]) -> None:
         if not entries:

@@ -34,7 +34,7 @@ from typing import Any, Literal, cast
 
 import redis
 
-from tidegate._redis import lua_script, map_redis_errors
+from tidegate._redis import clock_ms, lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
 from tidegate.events import UnitDeadLettered, emit
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
@@ -160,11 +160,7 @@ class DeadLetterQueue:
         self._mark = client.register_script(lua_script("dlq_replay_mark", "tidegate.load"))
 
     def _now_ms(self) -> float:
-        if self._clock is not None:
-            return float(self._clock())
-        with map_redis_errors("dlq clock"):
-            seconds, micros = self.client.time()
-        return seconds * 1000.0 + micros / 1000.0
+        return clock_ms(self.client, self._clock, "dlq clock")
 
     def _wall_s(self) -> float:
         """Failure times: the injected clock, else this host's (first_failed_at is a

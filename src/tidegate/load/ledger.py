@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 import redis
 
-from tidegate._redis import lua_script, map_redis_errors
+from tidegate._redis import lua_script, map_redis_errors, script_now_ms
 from tidegate.errors import ConfigurationError
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
 
@@ -147,8 +147,7 @@ class DeliveryLedger:
         self._entry = client.register_script(lua_script("ledger_entry", "tidegate.load"))
 
     def _now_arg(self) -> str:
-        """ARGV ``now_ms`` of the scripts: the injected clock, or "" for Redis ``TIME``."""
-        return "" if self._clock is None else repr(float(self._clock()))
+        return script_now_ms(self._clock)
 
     def _key(self, downstream: str, key: str) -> str:
         return self._keys.delivered(downstream, key)

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import redis
 
-from tidegate._redis import hash_pages, lua_script, map_redis_errors
+from tidegate._redis import hash_pages, lua_script, map_redis_errors, script_now_ms
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.load.outstanding_units import (
     DEFAULT_MISSES,
@@ -98,8 +98,7 @@ class Outstanding:
         self._requeued = client.register_script(lua_script("outstanding_requeued", "tidegate.load"))
 
     def _now_arg(self) -> str:
-        """ARGV ``now_ms`` of the scripts: the injected clock, or "" for Redis ``TIME``."""
-        return "" if self._clock is None else repr(float(self._clock()))
+        return script_now_ms(self._clock)
 
     def published_key(self, lane: str) -> str:
         """Units of ``lane`` whose push is not confirmed yet (score ``s0``)."""

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import redis
 
-from tidegate._redis import hash_pages, lua_script, map_redis_errors
+from tidegate._redis import clock_ms, hash_pages, lua_script, map_redis_errors, script_now_ms
 from tidegate.events import MessageParked, emit
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
 
@@ -64,8 +64,7 @@ class ParkingLot:
         self._claim = client.register_script(lua_script("lease_claim", "tidegate.load"))
 
     def _now_arg(self) -> str:
-        """The scripts' ``now_ms``: "" lets them read Redis ``TIME``."""
-        return "" if self._clock is None else repr(float(self._clock()))
+        return script_now_ms(self._clock)
 
     def park(self, envelope: Mapping[str, Any], *, delay_s: float, reason: str) -> str:
         """Store ``envelope`` until ``delay_s`` from now (fleet clock); return its id."""
@@ -125,9 +124,5 @@ class ParkingLot:
             )
             if not first:
                 return None
-            if self._clock is None:
-                seconds, micros = self.client.time()
-                now_ms = seconds * 1000 + micros / 1000
-            else:
-                now_ms = float(self._clock())
+        now_ms = clock_ms(self.client, self._clock, "parking clock")
         return max(0.0, (first[0][1] - now_ms) / 1000.0)

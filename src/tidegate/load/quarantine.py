@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import redis
 
-from tidegate._redis import lua_script, map_redis_errors
+from tidegate._redis import clock_ms, lua_script, map_redis_errors, script_now_ms
 from tidegate.events import DocumentShed, emit
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.logging import get_logger, key_hash
@@ -132,14 +132,10 @@ class Quarantine:
         self._ack = client.register_script(lua_script("quarantine_ack", "tidegate.load"))
 
     def _now_arg(self) -> str:
-        """The scripts' ``now_ms``: "" lets them read Redis ``TIME``."""
-        return "" if self._clock is None else repr(float(self._clock()))
+        return script_now_ms(self._clock)
 
     def _now_ms(self) -> float:
-        if self._clock is not None:
-            return float(self._clock())
-        seconds, micros = self.client.time()
-        return seconds * 1000.0 + micros / 1000.0
+        return clock_ms(self.client, self._clock, "quarantine clock")
 
     def _waiting(self, queue: str) -> str:
         return self._keys.waiting(queue)
