@@ -38,6 +38,7 @@ from tidegate._redis import clock_ms, lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
 from tidegate.events import UnitDeadLettered, emit
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
+from tidegate.load._listing import listed
 from tidegate.logging import get_logger, key_hash
 
 __all__ = ["DEFAULT_REPLAY_HOLD_S", "DeadLetter", "DeadLetterQueue", "ReplayMark"]
@@ -94,6 +95,24 @@ class DeadLetter:
         data = asdict(self)
         del data["payload"]
         return data
+
+    def dead_lettered(self) -> UnitDeadLettered:
+        """The decision event of storing this letter (by key hash: a key can be a B/L)."""
+        return UnitDeadLettered(
+            key_hash(self.key),
+            self.task,
+            self.reason,
+            self.exception,
+            self.attempts,
+            self.batch_id,
+            bl=self.bl_number is not None,
+        )
+
+    def matches(self, reason: str | None, batch_id: str | None) -> bool:
+        """Whether a listing filtered by a reason substring and/or a batch id shows it."""
+        if reason and reason.lower() not in self.reason.lower():
+            return False
+        return not (batch_id and self.batch_id != batch_id)
 
     def _record(self) -> str:
         data = asdict(self)
@@ -219,17 +238,7 @@ class DeadLetterQueue:
             pipe.zrem(self._replaying, letter.key)
             pipe.hincrby(self._stats, "dead_lettered_total", 1)
             pipe.execute()
-        emit(
-            UnitDeadLettered(
-                key_hash(stored.key),
-                stored.task,
-                stored.reason,
-                stored.exception,
-                stored.attempts,
-                stored.batch_id,
-                bl=stored.bl_number is not None,
-            )
-        )
+        emit(stored.dead_lettered())
         return stored
 
     def get(self, key: str) -> DeadLetter | None:
@@ -243,23 +252,16 @@ class DeadLetterQueue:
         self, *, reason: str | None = None, batch_id: str | None = None, limit: int | None = None
     ) -> Iterator[DeadLetter]:
         """Records oldest first, filtered by a reason substring and/or batch id."""
-        if limit is not None and limit < 1:
-            return
-        yielded = 0
+        letters = (
+            letter for letter in self._pages() if letter is None or letter.matches(reason, batch_id)
+        )
+        return listed(letters, limit)
+
+    def _pages(self) -> Iterator[DeadLetter | None]:
         for start in range(0, len(self), 500):
             with map_redis_errors("dlq list"):
                 keys = cast("list[bytes]", self.client.zrange(self._order, start, start + 499))
-            for letter in self._letters(keys):
-                if letter is None:
-                    continue
-                if reason and reason.lower() not in letter.reason.lower():
-                    continue
-                if batch_id and letter.batch_id != batch_id:
-                    continue
-                yield letter
-                yielded += 1
-                if limit is not None and yielded >= limit:
-                    return
+            yield from self._letters(keys)
 
     def begin_replay(self, key: str, *, hold_s: float = DEFAULT_REPLAY_HOLD_S) -> ReplayMark:
         """Mark ``key`` in replay for ``hold_s``, unless a replay already holds it.

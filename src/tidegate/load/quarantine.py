@@ -34,6 +34,7 @@ import redis
 from tidegate._redis import clock_ms, lua_script, map_redis_errors, script_now_ms
 from tidegate.events import DocumentShed, emit
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
+from tidegate.load._listing import listed
 from tidegate.logging import get_logger, key_hash
 
 __all__ = ["CLAIM_LEASE_MS", "Quarantine", "QuarantineClaim", "QuarantinedDocument"]
@@ -276,9 +277,9 @@ class Quarantine:
         self, *, queue: str | None = None, limit: int | None = None
     ) -> Iterator[QuarantinedDocument]:
         """Waiting documents, oldest first per queue (claimed ones are not listed)."""
-        if limit is not None and limit < 1:
-            return
-        yielded = 0
+        return listed(self._pages(queue), limit)
+
+    def _pages(self, queue: str | None) -> Iterator[QuarantinedDocument | None]:
         for name in [queue] if queue is not None else self.queues():
             start = 0
             while True:
@@ -293,12 +294,7 @@ class Quarantine:
                 if not rows:
                     break
                 for (_, since), raw in zip(rows, raws, strict=True):
-                    if raw is None:
-                        continue
-                    yield QuarantinedDocument._load(raw, since)
-                    yielded += 1
-                    if limit is not None and yielded >= limit:
-                        return
+                    yield None if raw is None else QuarantinedDocument._load(raw, since)
                 start += 500
 
     def purge(self, *, queue: str | None = None) -> int:

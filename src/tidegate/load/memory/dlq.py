@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
 from tidegate.errors import ConfigurationError
-from tidegate.events import UnitDeadLettered, emit
+from tidegate.events import emit
+from tidegate.load._listing import listed
 from tidegate.load.dlq import DEFAULT_REPLAY_HOLD_S, DeadLetter, ReplayMark
 from tidegate.load.memory._lease import stamp, wall_ms
-from tidegate.logging import get_logger, key_hash
+from tidegate.logging import get_logger
 
 __all__ = ["MemoryDeadLetterQueue"]
 
@@ -77,17 +78,7 @@ class MemoryDeadLetterQueue:
             self._order.setdefault(letter.key, first)
             self._replaying.pop(letter.key, None)
             self._stats["dead_lettered_total"] += 1
-        emit(
-            UnitDeadLettered(
-                key_hash(stored.key),
-                stored.task,
-                stored.reason,
-                stored.exception,
-                stored.attempts,
-                stored.batch_id,
-                bl=stored.bl_number is not None,
-            )
-        )
+        emit(stored.dead_lettered())
         return stored
 
     def get(self, key: str) -> DeadLetter | None:
@@ -106,26 +97,19 @@ class MemoryDeadLetterQueue:
         Read a page at a time, like the Redis queue: a letter's replay mark is as it
         was when its page was read (a replay asks again, atomically, before taking it).
         """
-        if limit is not None and limit < 1:
-            return
-        yielded = 0
+        letters = (
+            letter for letter in self._pages() if letter is None or letter.matches(reason, batch_id)
+        )
+        return listed(letters, limit)
+
+    def _pages(self) -> Iterator[DeadLetter | None]:
         with self._lock:
             keys = [key for _, key in sorted((first, key) for key, first in self._order.items())]
         for start in range(0, len(keys), _PAGE):
             with self._lock:
                 now_ms = self._now()
                 page = [self._letter(key, now_ms) for key in keys[start : start + _PAGE]]
-            for letter in page:
-                if letter is None:
-                    continue
-                if reason and reason.lower() not in letter.reason.lower():
-                    continue
-                if batch_id and letter.batch_id != batch_id:
-                    continue
-                yield letter
-                yielded += 1
-                if limit is not None and yielded >= limit:
-                    return
+            yield from page
 
     def begin_replay(self, key: str, *, hold_s: float = DEFAULT_REPLAY_HOLD_S) -> ReplayMark:
         """Mark ``key`` in replay for ``hold_s``, unless a replay already holds it.

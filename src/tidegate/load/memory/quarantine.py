@@ -16,6 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tidegate.events import DocumentShed, emit
+from tidegate.load._listing import listed
 from tidegate.load.memory._lease import lease_claim, stamp, wall_ms
 from tidegate.load.quarantine import CLAIM_LEASE_MS, QuarantineClaim, QuarantinedDocument
 from tidegate.logging import get_logger, key_hash
@@ -152,9 +153,9 @@ class MemoryQuarantine:
         self, *, queue: str | None = None, limit: int | None = None
     ) -> Iterator[QuarantinedDocument]:
         """Waiting documents, oldest first per queue (claimed ones are not listed)."""
-        if limit is not None and limit < 1:
-            return
-        yielded = 0
+        return listed(self._pages(queue), limit)
+
+    def _pages(self, queue: str | None) -> Iterator[QuarantinedDocument | None]:
         for name in [queue] if queue is not None else self.queues():
             with self._lock:
                 rows = sorted(
@@ -162,12 +163,7 @@ class MemoryQuarantine:
                     for key, since in self._waiting.get(name, {}).items()
                 )
             for since, _, raw in rows:
-                if raw is None:
-                    continue
-                yield QuarantinedDocument._load(raw, since)
-                yielded += 1
-                if limit is not None and yielded >= limit:
-                    return
+                yield None if raw is None else QuarantinedDocument._load(raw, since)
 
     def purge(self, *, queue: str | None = None) -> int:
         """Delete every document (of ``queue``, or all); returns how many there were."""
