@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
@@ -31,6 +31,9 @@ from tidegate._redis import hash_pages, lua_script, map_redis_errors
 from tidegate.errors import ConfigurationError
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
 from tidegate.logging import get_logger, key_hash
+
+if TYPE_CHECKING:
+    from redis.commands.core import Script
 
 __all__ = [
     "DEFAULT_MISSES",
@@ -224,8 +227,14 @@ class Outstanding:
 
     @property
     def publish_script(self) -> str:
-        """The text of ``outstanding_publish.lua``, for a pipeline that runs it by EVAL."""
+        """The text of ``outstanding_publish.lua``."""
         return str(self._publish.script)
+
+    @property
+    def publish_script_object(self) -> Script:
+        """``outstanding_publish.lua`` as redis-py's :class:`~redis.commands.core.Script`
+        (its SHA1), for a pipeline that runs it by ``EVALSHA`` and loads it if missing."""
+        return self._publish
 
     def publish(
         self, unit: OutstandingUnit, list_key: str, head: str, tail: str
