@@ -4,8 +4,8 @@ Pool children (Celery replaces them; ``reject_on_worker_lost`` requeues their me
 once) and, every Nth kill, a worker *main* process, which the harness restarts. A main's
 prefetched message sits in kombu's ``unacked`` hash until the visibility timeout; per
 killed main, one message is also taken from the broker the way kombu's Redis transport
-can lose it, and the orphan sweep must give it back. Keys accepted twice must lie in a
-kill window.
+can lose it, and the orphan sweep must give it back when it was its unit's only message
+(:mod:`tidegate.harness.chaos.steals`). Keys accepted twice must lie in a kill window.
 """
 
 from __future__ import annotations

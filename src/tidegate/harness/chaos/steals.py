@@ -2,12 +2,13 @@
 
 With each main it kills, the scenario takes the oldest message of that pool's queue,
 as kombu loses the message a main had popped and not yet written to ``unacked``. The
-message taken is not always its unit's only carrier, though. The oldest end of a queue
-is where kombu restores messages, so the message taken can be a stale copy: a message
-restored from ``unacked`` while its worker still ran it, or requeued after its unit was
-delivered. Such a unit is settled already (no registry record), or its record names
-another message. The orphan sweep rightly leaves those alone. The full-size run of
-2026-12-02 still counted one as "not swept back", because the check matched task ids.
+message taken is not always its unit's only carrier, though. kombu's ``restore_visible``
+pushes expired ``unacked`` messages back at the oldest end, the end the harness takes
+from. So the message taken can be a stale copy: restored after a killed worker had
+delivered its unit, or while its worker still ran it. Such a unit is settled already
+(no registry record), or its record names another message. The orphan sweep rightly
+leaves those alone. The full-size run of 2026-12-02 00:59Z still counted every take as a
+loss the sweep owed, because the check matched task ids.
 
 So each taken message is classified when it is taken, from tidegate's registry
 (:class:`~tidegate.load.outstanding.Outstanding`) and kombu's ``unacked`` hash. The sweep
