@@ -99,6 +99,7 @@ def test_only_the_only_carrier_of_an_unsettled_unit_is_owed(
         {"key_hash": key_hash(keys["lost"]), "lost_task_id": "whatever-the-record-said"},
         {"key_hash": key_hash(f"{prefix}-other"), "lost_task_id": "x"},
     ]
+    assert not any(m.redelivered for m in scenario.stolen)  # fresh publishes, no restore
     back = swept_back(scenario.stolen, republished)
     assert back.taken == 4
     assert back.owed == 1

@@ -57,6 +57,10 @@ class TakenMessage:
     task_id: str
     key_hash: str
     state: str
+    #: kombu marked it redelivered: a copy restored from ``unacked`` or requeued. A copy
+    #: restored while a live worker still held the message is not visible as such (kombu
+    #: removed its ``unacked`` entry): a failed check with such a take can be that case.
+    redelivered: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,10 +80,11 @@ def _unacked_ids(client: redis.Redis, task_id: str) -> bool:
 
 def classify(client: redis.Redis, prefix: str, raw: bytes, *, pool: str, t: float) -> TakenMessage:
     """What the taken message ``raw`` (as stored in the broker's list) was."""
-    task_id = str(json.loads(raw)["headers"]["id"])
+    headers = json.loads(raw)["headers"]
+    task_id, redelivered = str(headers["id"]), bool(headers.get("redelivered"))
     keys = keys_in_messages([raw])
     if not keys:
-        return TakenMessage(t, pool, task_id, "", NO_UNIT)
+        return TakenMessage(t, pool, task_id, "", NO_UNIT, redelivered)
     record = Outstanding(client, prefix=prefix).get(keys[0])
     if record is None:
         state = SETTLED
@@ -89,7 +94,7 @@ def classify(client: redis.Redis, prefix: str, raw: bytes, *, pool: str, t: floa
         state = COPY_IN_UNACKED
     else:
         state = OWED
-    return TakenMessage(t, pool, task_id, key_hash(keys[0]), state)
+    return TakenMessage(t, pool, task_id, key_hash(keys[0]), state, redelivered)
 
 
 @dataclass(frozen=True, slots=True)
