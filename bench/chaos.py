@@ -27,6 +27,7 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", default="bench/results/chaos.json", help="JSON results (default: %(default)s)"
     )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        help="each scenario's timeout instead of its preset's (a loaded machine drains slower)",
+    )
+    parser.add_argument(
+        "--log-dir", type=Path, help="keep each scenario's worker logs in <dir>/<scenario>"
+    )
     args = parser.parse_args(argv)
     kinds = [k for k in KINDS if args.only is None or k in args.only.split(",")]
     unknown = set((args.only or "").split(",")) - set(KINDS) - {""}
@@ -108,10 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"command: {command}", flush=True)
     started = time.time()
     runs: list[dict[str, Any]] = []
-    for config in benchmark_runs(kinds, args.size):
+    configs = benchmark_runs(kinds, args.size)
+    if args.timeout_s is not None:
+        configs = [replace(c, vessel=replace(c.vessel, timeout_s=args.timeout_s)) for c in configs]
+    for config in configs:
         print(f"{config.name}: {config.vessel.interchanges} interchanges…", flush=True)
         watch = CpuWatch()
-        report, _ = run_chaos(config, on_sample=_progress(config.name))
+        log_dir = None if args.log_dir is None else args.log_dir / config.name
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        report, _ = run_chaos(config, log_dir=log_dir, on_sample=_progress(config.name))
         report["interference"] = watch.stop()
         runs.append(report)
         print(f"  {config.name}: {summary_row(report)}", flush=True)

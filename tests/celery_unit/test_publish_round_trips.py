@@ -173,3 +173,63 @@ def test_a_publish_through_another_transport_is_still_recorded(
     assert [e["event"] for e in logs if e["event"].startswith("outstanding_")] == [
         "outstanding_recorded_late"
     ]
+
+
+def _calls(client: redis.Redis, *names: str) -> dict[str, int]:
+    """Calls per command; ``script`` sums its subcommands (Redis 7 counts them apart,
+    6.2 as one)."""
+    stats = client.info("commandstats")
+    calls = {
+        str(name).removeprefix("cmdstat_"): int(value.get("calls", 0))
+        for name, value in stats.items()
+    }
+    return {n: sum(c for k, c in calls.items() if k == n or k.startswith(f"{n}|")) for n in names}
+
+
+def _batch(ctx: dict[str, Any], keys: list[str], size: int) -> None:
+    app = ctx["app"]
+    with app.producer_or_acquire() as producer, producer.batch(max_size=size):
+        for key in keys:
+            app.send_task(
+                TASK, args=[{"key": key, "body": "x"}], queue=ctx["queue"], producer=producer
+            )
+
+
+def test_a_batch_runs_the_script_by_sha_not_by_its_text(
+    ctx: dict[str, Any], redis_client: redis.Redis
+) -> None:
+    """Ten batched publishes in batches of five: ten EVALSHA, no EVAL (the script's
+    text is not sent per message); redis-py asks SCRIPT EXISTS once per flush, and
+    loads nothing (the warm-up's publish loaded the script)."""
+    _publish(ctx, "warm-up")
+    before = _calls(redis_client, "eval", "evalsha", "script")
+    _batch(ctx, [f"S{i}" for i in range(10)], 5)
+    after = _calls(redis_client, "eval", "evalsha", "script")
+    ran = {name: after[name] - before[name] for name in after}
+    assert ran["eval"] == 0
+    assert ran["evalsha"] == 10
+    assert ran["script"] == 2  # SCRIPT EXISTS, one per flush
+    assert len(_messages(redis_client, ctx["queue"])) == 11
+
+
+def test_a_batch_loads_the_script_the_server_lost(
+    ctx: dict[str, Any], redis_client: redis.Redis
+) -> None:
+    """NOSCRIPT fallback: the server's script cache is emptied (a restart, SCRIPT
+    FLUSH) between publishes; the batch loads the script once and every unit is pushed
+    and recorded, none left unconfirmed."""
+    out: Outstanding = ctx["outstanding"]
+    queue = ctx["queue"]
+    _publish(ctx, "warm-up")
+    redis_client.script_flush()
+    before = _calls(redis_client, "script", "evalsha")
+    _batch(ctx, [f"N{i}" for i in range(4)], 100)
+    after = _calls(redis_client, "script", "evalsha")
+    assert after["script"] - before["script"] == 2  # SCRIPT EXISTS, then SCRIPT LOAD once
+    assert after["evalsha"] - before["evalsha"] == 4
+    assert len(_messages(redis_client, queue)) == 5
+    for i in range(4):
+        unit = out.get(f"N{i}")
+        assert unit is not None
+        assert redis_client.zscore(out.pushed_key(queue), f"N{i}") is not None
+    assert redis_client.zcard(out.published_key(queue)) == 0

@@ -32,6 +32,7 @@ from tidegate.harness.chaos import (
     retry_horizon,
 )
 from tidegate.harness.scenarios.vessel import PayloadTooLarge, Submission, check_payload_size
+from tidegate.integrations.celery.preset import UNACKED_MUTEX_EXPIRE_S
 from tidegate.sim import CustomsSim, TosSim
 
 
@@ -197,7 +198,10 @@ def test_worker_timing_keeps_the_presets_rule() -> None:
     with pytest.raises(ConfigurationError, match="soft_time_limit_s"):
         WorkerTiming(soft_time_limit_s=10, hard_time_limit_s=10, visibility_timeout_s=60)
     timing = WorkerTiming()
-    assert timing.worst_redelivery_s == timing.visibility_timeout_s + timing.restore_interval_s
+    lock_s = UNACKED_MUTEX_EXPIRE_S  # a main killed holding kombu's restore lock
+    assert timing.worst_redelivery_s == (
+        timing.visibility_timeout_s + lock_s + timing.restore_interval_s
+    )
 
 
 def test_presets_exist_for_every_kind_and_size() -> None:
@@ -232,6 +236,8 @@ def test_worker_app_is_the_vessel_app_with_chaos_timing() -> None:
         "visibility_timeout": 20.0,
         "unacked_restore_interval": 0.5,
         "unacked_restore_throttle": 1,
+        # the preset's: a main killed holding kombu's restore lock holds it this long
+        "unacked_mutex_expire": UNACKED_MUTEX_EXPIRE_S,
     }
     assert {"edi.customs.submit", "edi.tos.push"} <= set(tasks)
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tidegate.harness.chaos import POISON_KINDS, preset, run_chaos
+from tidegate.integrations.celery.preset import UNACKED_MUTEX_EXPIRE_S
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
 
@@ -67,15 +68,19 @@ def test_kill_workers(redis_binary: str) -> None:
     assert _failed(checks) == []
     assert report["duplicates"] == 0
     assert chaos["messages_lost_with_mains"] >= 1
-    assert chaos["lost_messages_swept_back"] == chaos["messages_lost_with_mains"]
+    # Matched by unit: a taken stale copy (unit settled, or carried by another message)
+    # is not owed by the sweep (tidegate.harness.chaos.steals).
+    assert chaos["lost_messages_owed"] >= 1
+    assert chaos["lost_messages_swept_back"] == chaos["lost_messages_owed"]
     assert chaos["kills_by_role"]["main"] >= 1
     assert chaos["kills_by_role"]["child"] >= 1
     assert report["dead_lettered"] == 0
     assert chaos["tos_max_concurrent_seen"] <= 4
     # Every repeat call is a kill inside the accept → ledger-mark window.
     assert chaos["duplicates_explained"] == report["duplicates"]
-    # A killed main's message waited the visibility timeout, not an hour.
-    assert chaos["max_unacked_age_s"] <= 20 + 1 + 3
+    # A killed main's message waited the visibility timeout (plus, if a main was killed
+    # holding kombu's restore lock, the preset's lock expiry), not an hour.
+    assert chaos["max_unacked_age_s"] <= 20 + UNACKED_MUTEX_EXPIRE_S + 1 + 3
 
 
 def test_redis_restart(redis_binary: str) -> None:

@@ -87,9 +87,15 @@ class RedisRunBroker:
         return {}
 
     def producer(self) -> Celery:
+        """On tidegate's broker channel, as the workers are: tracked publishes then
+        record, push and confirm in one script (``tracked_push``), not three trips."""
         from celery import Celery
 
-        return Celery(broker=self.url)
+        from tidegate.integrations.celery.broker import install_write_tolerant_broker
+
+        app = Celery(broker=self.url)
+        install_write_tolerant_broker(app)
+        return app
 
     def track(
         self, producer: Celery, tasks: Sequence[str], outstanding: Outstanding

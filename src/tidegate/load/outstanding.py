@@ -27,7 +27,7 @@ and the workers' beats; without one, Redis ``TIME`` does.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
@@ -43,6 +43,9 @@ from tidegate.load.outstanding_units import (
     find_orphans,
 )
 from tidegate.logging import get_logger, key_hash
+
+if TYPE_CHECKING:
+    from redis.commands.core import Script
 
 __all__ = [
     "DEFAULT_MISSES",
@@ -166,8 +169,14 @@ class Outstanding:
 
     @property
     def publish_script(self) -> str:
-        """The text of ``outstanding_publish.lua``, for a pipeline that runs it by EVAL."""
+        """The text of ``outstanding_publish.lua``."""
         return str(self._publish.script)
+
+    @property
+    def publish_script_object(self) -> Script:
+        """``outstanding_publish.lua`` as redis-py's :class:`~redis.commands.core.Script`
+        (its SHA1), for a pipeline that runs it by ``EVALSHA`` and loads it if missing."""
+        return self._publish
 
     def publish(
         self, unit: OutstandingUnit, list_key: str, head: str, tail: str

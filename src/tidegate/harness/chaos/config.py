@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from tidegate.errors import ConfigurationError
 from tidegate.harness.scenarios.vessel import VesselConfig
+from tidegate.integrations.celery.preset import UNACKED_MUTEX_EXPIRE_S
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -87,8 +88,10 @@ class WorkerTiming:
 
     @property
     def worst_redelivery_s(self) -> float:
-        """Longest a message of a killed main waits in ``unacked`` before it is requeued."""
-        return self.visibility_timeout_s + self.restore_interval_s
+        """Longest a message of a killed main waits in ``unacked`` before it is requeued:
+        the visibility timeout, plus the restore lock a main killed while restoring
+        leaves behind (the preset's ``unacked_mutex_expire``), plus one restore interval."""
+        return self.visibility_timeout_s + UNACKED_MUTEX_EXPIRE_S + self.restore_interval_s
 
 
 # -- configuration -------------------------------------------------------------------

@@ -4,13 +4,12 @@ Pool children (Celery replaces them; ``reject_on_worker_lost`` requeues their me
 once) and, every Nth kill, a worker *main* process, which the harness restarts. A main's
 prefetched message sits in kombu's ``unacked`` hash until the visibility timeout; per
 killed main, one message is also taken from the broker the way kombu's Redis transport
-can lose it, and the orphan sweep must give it back. Keys accepted twice must lie in a
-kill window.
+can lose it, and the orphan sweep must give it back when it was its unit's only message
+(:mod:`tidegate.harness.chaos.steals`). Keys accepted twice must lie in a kill window.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -19,6 +18,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, cast
 
 from tidegate.harness.chaos.scenario import _leases, _Scenario
+from tidegate.harness.chaos.steals import TakenMessage, classify, swept_back
 from tidegate.harness.chaos.verdict import Check, _check, _events, _explain_duplicates, _reconciled
 from tidegate.logging import get_logger
 
@@ -41,7 +41,7 @@ class _KillWorkers(_Scenario):
         self.next_kill = config.fault_at_s
         self.stopped_at: float | None = None
         self.expected = 0
-        self.stolen: list[dict[str, Any]] = []
+        self.stolen: list[TakenMessage] = []
 
     def started(self, run: RunHandles) -> None:
         self.expected = len(run.submissions) - len(run.refused)
@@ -106,9 +106,13 @@ class _KillWorkers(_Scenario):
         raw = cast("bytes | None", run.client.rpop(f"edi.{pool}"))
         if raw is None:
             return
-        task_id = str(json.loads(raw)["headers"]["id"])
-        self.stolen.append({"t": round(t, 2), "pool": pool, "task_id": task_id})
-        self.timeline.append({"t": round(t, 2), "event": "message_lost_with_main", "pool": pool})
+        # What the message was when taken: the only carrier of its unit (the sweep owes
+        # it back) or a stale copy (see tidegate.harness.chaos.steals).
+        taken = classify(run.client, run.prefix, raw, pool=pool, t=round(t, 2))
+        self.stolen.append(taken)
+        self.timeline.append(
+            {"t": taken.t, "event": "message_lost_with_main", "pool": pool, "state": taken.state}
+        )
 
     def busy(self, t: float) -> bool:
         return self.stopped_at is None
@@ -123,12 +127,16 @@ class _KillWorkers(_Scenario):
         data = super().collect(run)
         reclaimed = _events(self.log_dir, {"gate_lease_reclaimed"})
         swept = _events(self.log_dir, {"orphan_republished"})
-        stolen = {m["task_id"] for m in self.stolen}
+        back = swept_back(self.stolen, swept)
         data.update(
             reconciled=_reconciled(self.log_dir),
             messages_lost_with_mains=len(self.stolen),
+            messages_taken=[m.as_dict() for m in self.stolen],
+            lost_messages_owed=back.owed,
+            taken_not_owed=back.not_owed,
             orphans_republished=len(swept),
-            lost_messages_swept_back=len({e.get("lost_task_id") for e in swept} & stolen),
+            orphans_republished_untaken=back.other_republished,
+            lost_messages_swept_back=back.swept_back,
             kills=self.kills,
             kills_by_role=dict(Counter(k["role"] for k in self.kills)),
             restarts=len(self.restarts),
@@ -188,12 +196,15 @@ class _KillWorkers(_Scenario):
             ),
             _check(
                 "lost_messages_swept_back",
-                chaos["lost_messages_swept_back"] == chaos["messages_lost_with_mains"] >= 1,
+                chaos["lost_messages_swept_back"] == chaos["lost_messages_owed"] >= 1,
                 chaos["lost_messages_swept_back"],
-                chaos["messages_lost_with_mains"],
-                "messages taken off the broker with a killed main (as between kombu's BRPOP "
-                f"and its unacked write) that the orphan sweep republished; "
-                f"{chaos['orphans_republished']} republished in all",
+                chaos["lost_messages_owed"],
+                "units whose only message was taken off the broker with a killed main (as "
+                "between kombu's BRPOP and its unacked write) that the orphan sweep "
+                f"republished, matched by unit; {chaos['messages_lost_with_mains']} messages "
+                f"taken, not owed by the sweep: {chaos['taken_not_owed'] or 'none'} (stale "
+                f"copies); {chaos['orphans_republished']} republished in all, "
+                f"{chaos['orphans_republished_untaken']} of units not taken",
             ),
             _check(
                 "duplicates_only_from_kills",

@@ -21,6 +21,12 @@ What each setting is for:
   count a unit as handed over only once the broker has it. RabbitMQ redelivers an
   unacknowledged message when its consumer's connection closes, not on a timer, so the
   visibility-timeout check does not apply there.
+- on Redis, ``unacked_mutex_expire`` (:data:`UNACKED_MUTEX_EXPIRE_S`): kombu restores
+  expired ``unacked`` messages under a Redis lock, and a worker main process SIGKILLed
+  while it holds that lock leaves it for kombu's default 300 s, during which no worker
+  restores anything. A chaos run saw a killed main's message wait 353 s (visibility
+  timeout 60 s). Two restores running at once are harmless (each moves a message in a
+  ``WATCH`` transaction), so the lock can be short.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ __all__ = [
     "DEFAULT_QUEUES",
     "DEFAULT_ROUTES",
     "REDIS_DEFAULT_VISIBILITY_TIMEOUT_S",
+    "UNACKED_MUTEX_EXPIRE_S",
     "CeleryPreset",
     "check_visibility_timeout",
     "configure",
@@ -59,6 +66,10 @@ DEFAULT_ROUTES: Mapping[str, str] = {
 
 #: kombu's Redis transport default (one hour).
 REDIS_DEFAULT_VISIBILITY_TIMEOUT_S = 3600.0
+
+#: Seconds kombu's ``unacked`` restore lock outlives a holder that died (kombu: 300):
+#: the longest a killed lock holder delays the restoring of expired messages.
+UNACKED_MUTEX_EXPIRE_S = 10.0
 
 #: The visibility timeout must exceed the hard time limit by at least this factor.
 VISIBILITY_MARGIN = 2.0
@@ -81,6 +92,8 @@ class CeleryPreset:
         routes: task-name pattern → queue.
         amqp: how task queues are declared when the broker is RabbitMQ (quorum queues,
             delivery limit, dead-letter exchange); ignored on Redis.
+        unacked_mutex_expire_s: Redis only: kombu's ``unacked_mutex_expire`` (see the
+            module), unless the app's ``broker_transport_options`` already set one.
     """
 
     soft_time_limit_s: float = 240.0
@@ -90,6 +103,7 @@ class CeleryPreset:
     queues: tuple[str, ...] = DEFAULT_QUEUES
     routes: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_ROUTES))
     amqp: AmqpTopology = field(default_factory=AmqpTopology)
+    unacked_mutex_expire_s: float = UNACKED_MUTEX_EXPIRE_S
 
     def __post_init__(self) -> None:
         if not 0 < self.soft_time_limit_s < self.hard_time_limit_s:
@@ -101,14 +115,22 @@ class CeleryPreset:
             raise ConfigurationError(
                 f"max_tasks_per_child must be >= 1, got {self.max_tasks_per_child!r}"
             )
+        if not self.unacked_mutex_expire_s > 0:
+            raise ConfigurationError(
+                f"unacked_mutex_expire_s must be > 0, got {self.unacked_mutex_expire_s!r}"
+            )
         unknown = set(self.routes.values()) - set(self.queues)
         if unknown:
             raise ConfigurationError(f"routes name undeclared queues: {sorted(unknown)}")
 
 
+def _is_redis_url(url: str) -> bool:
+    return url.startswith(("redis://", "rediss://", "unix://", "sentinel://"))
+
+
 def _visibility_timeout(app: Celery) -> float | None:
     url = str(app.conf.broker_url or "")
-    if not url.startswith(("redis://", "rediss://", "unix://", "sentinel://")):
+    if not _is_redis_url(url):
         return None  # AMQP brokers redeliver on connection loss, not on a timer
     options: dict[str, Any] = dict(app.conf.broker_transport_options or {})
     return float(options.get("visibility_timeout", REDIS_DEFAULT_VISIBILITY_TIMEOUT_S))
@@ -153,6 +175,10 @@ def configure(app: Celery, preset: CeleryPreset | None = None) -> Celery:
         )
     else:
         queues = [Queue(name, routing_key=name) for name in preset.queues]
+        if _is_redis_url(str(app.conf.broker_url or "")):
+            options = dict(app.conf.broker_transport_options or {})
+            options.setdefault("unacked_mutex_expire", preset.unacked_mutex_expire_s)
+            app.conf.broker_transport_options = options
     app.conf.update(
         worker_prefetch_multiplier=1,
         task_acks_late=True,

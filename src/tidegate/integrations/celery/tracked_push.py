@@ -10,8 +10,14 @@ LPUSH; what is recorded is the same, in the same order (see
 
 The message's JSON is cut where ``s0`` goes, and the script joins the two halves
 around the number it hands out. In a kombu publish batch (the intake's publish
-thread) the script is added to the batch's pipeline instead, by ``EVAL``, so a batched
-unit's ``s1`` too is handed out only after its push.
+thread) the script is added to the batch's pipeline instead, so a batched unit's ``s1``
+too is handed out only after its push. It goes there by ``EVALSHA``, not by ``EVAL``
+with the script's text in every message's command: the script is registered with the
+batch's redis-py pipeline, which before running its commands asks ``SCRIPT EXISTS``
+once and loads the script if the server lacks it (after a restart or ``SCRIPT
+FLUSH``): the NOSCRIPT fallback costs one round trip per flush, not per message. When
+kombu flushes a full batch just before it adds a message's commands, that flush has
+loaded the script; the next flush registers it again with the next message.
 """
 
 from __future__ import annotations
@@ -90,6 +96,12 @@ def push_tracked(
         return True
     if prefix:
         return False  # kombu's prefixing pipeline would rewrite the script's keys
+    pipeline = getattr(batch, "pipeline", None)
+    scripts = getattr(pipeline, "scripts", None)
+    if not isinstance(scripts, set):
+        return False  # not a redis-py pipeline: kombu's own LPUSH, separate records
+    script = outstanding.publish_script_object
+    scripts.add(script)  # redis-py: SCRIPT EXISTS (and LOAD if missing) at the flush
     keys, args = outstanding.publish_keys_args(unit, list_key, *cut)
-    batch.add("eval", outstanding.publish_script, len(keys), *keys, *args)
+    batch.add("evalsha", script.sha, len(keys), *keys, *args)
     return True
