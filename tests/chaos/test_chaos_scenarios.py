@@ -71,7 +71,13 @@ def test_kill_workers(redis_binary: str) -> None:
     # Matched by unit: a taken stale copy (unit settled, or carried by another message)
     # is not owed by the sweep (tidegate.harness.chaos.steals).
     assert chaos["lost_messages_owed"] >= 1
-    assert chaos["lost_messages_swept_back"] == chaos["lost_messages_owed"]
+    assert chaos["lost_messages_swept_back"] >= 1
+    # An owed unit the sweep did not give back was delivered by a copy a live worker
+    # still held; every other one was republished.
+    assert (
+        chaos["lost_messages_swept_back"] + chaos["lost_messages_delivered_by_a_copy"]
+        == chaos["lost_messages_owed"]
+    )
     assert chaos["kills_by_role"]["main"] >= 1
     assert chaos["kills_by_role"]["child"] >= 1
     assert report["dead_lettered"] == 0

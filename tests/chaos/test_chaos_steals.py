@@ -117,3 +117,20 @@ def test_an_owed_unit_not_republished_fails_the_match() -> None:
     taken = [TakenMessage(1.0, "tos", "id-1", "h1", OWED)]
     back = swept_back(taken, [{"key_hash": "h2"}])
     assert (back.owed, back.swept_back, back.other_republished) == (1, 0, 1)
+
+
+def test_an_owed_unit_delivered_by_another_copy_is_told_apart_from_a_loss() -> None:
+    """A take can look like the only carrier while a live worker still runs a copy kombu
+    restored (its ``unacked`` entry already gone). Delivered all the same, that unit is
+    counted as delivered by a copy; an owed unit neither republished nor delivered is
+    in neither count, so the check still fails for a real loss."""
+    from tidegate.harness.chaos.steals import TakenMessage
+
+    taken = [
+        TakenMessage(1.0, "tos", "id-1", "h1", OWED),
+        TakenMessage(2.0, "tos", "id-2", "h2", OWED),
+        TakenMessage(3.0, "tos", "id-3", "h3", OWED),
+    ]
+    back = swept_back(taken, [{"key_hash": "h1"}], delivered=["h1", "h2", "h9"])
+    assert (back.owed, back.swept_back, back.delivered_by_a_copy) == (3, 1, 1)
+    assert back.swept_back + back.delivered_by_a_copy < back.owed  # h3: a real loss

@@ -109,12 +109,21 @@ class SweptBack:
     #: Units republished that no take explains: losses of their own (a killed main's
     #: real BRPOP window), reported, not counted against the check.
     other_republished: int
+    #: Owed units the sweep did not republish that were delivered all the same: another
+    #: copy was still running when the take looked (kombu had restored it from
+    #: ``unacked`` while a live worker held it, and removed its ``unacked`` entry), so
+    #: the take was not the only carrier after all. An owed unit neither republished
+    #: nor delivered is in neither count, and the check fails (and ``lost`` with it).
+    delivered_by_a_copy: int = 0
 
 
 def swept_back(
-    taken: Sequence[TakenMessage], republished: Iterable[Mapping[str, Any]]
+    taken: Sequence[TakenMessage],
+    republished: Iterable[Mapping[str, Any]],
+    delivered: Iterable[str] = (),
 ) -> SweptBack:
-    """Match ``orphan_republished`` events to the taken messages by unit (``key_hash``)."""
+    """Match ``orphan_republished`` events to the taken messages by unit (``key_hash``);
+    ``delivered``: the key hashes the downstreams accepted."""
     swept = {str(e.get("key_hash")) for e in republished}
     owed = {m.key_hash for m in taken if m.state == OWED}
     taken_units = {m.key_hash for m in taken}
@@ -124,4 +133,5 @@ def swept_back(
         swept_back=len(owed & swept),
         not_owed=dict(Counter(m.state for m in taken if m.state != OWED)),
         other_republished=len(swept - taken_units),
+        delivered_by_a_copy=len((owed - swept) & set(delivered)),
     )
