@@ -83,19 +83,18 @@ def count_requests(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
     return lambda: sent[0]
 
 
-def store(app: Celery, prefix: str) -> BatchStore:
+@pytest.fixture
+def batch(app: Celery, prefix: str) -> BatchStore:
     return BatchStore(runtime(app).client, prefix=prefix)
 
 
 def test_the_dispatch_publishes_a_page_of_parse_tasks_in_a_few_requests(
-    app: Celery,
     bulk: BulkTasks,
-    prefix: str,
+    batch: BatchStore,
     queues: dict[str, str],
     redis_client: redis.Redis,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    batch = store(app, prefix)
     document = synthetic_ifcsum(UNITS, seed=5, bl_every=("BM",))
     batch.save_document("b-dispatch", document)
     # The aggregate would start when the (absent) parse tasks end: not run here.
@@ -131,14 +130,12 @@ def test_the_dispatch_publishes_a_page_of_parse_tasks_in_a_few_requests(
 
 
 def test_the_aggregate_forwards_a_page_in_a_few_requests_and_tracks_every_forward(
-    app: Celery,
     bulk: BulkTasks,
-    prefix: str,
+    batch: BatchStore,
     queues: dict[str, str],
     redis_client: redis.Redis,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    batch = store(app, prefix)
     units = [{"key": f"u{i}", "bl_number": f"BL{i:06d}"} for i in range(UNITS)]
     batch.save_units("b-agg", units)
     for unit in units:
@@ -153,8 +150,10 @@ def test_the_aggregate_forwards_a_page_in_a_few_requests_and_tracks_every_forwar
 
     summary = result.get()
     assert (summary["ok"], summary["forwarded"]) == (UNITS, UNITS)
-    messages = redis_client.lrange(queues["forward"], 0, -1)
+    messages = [json.loads(m) for m in redis_client.lrange(queues["forward"], 0, -1)]
     assert len(messages) == UNITS
+    # The headers name a forward by its key hash: no B/L number outside the body.
+    assert not [m for m in messages if "BL0" in json.dumps(m["headers"])]
     # Each forward is recorded for the orphan sweep as it is pushed, batched or not.
-    assert len(runtime(app).outstanding) == UNITS
+    assert len(runtime(bulk.aggregate.app).outstanding) == UNITS
     assert sent <= MAX_REQUESTS, f"{sent} requests to forward {UNITS} B/Ls"

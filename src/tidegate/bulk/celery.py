@@ -38,7 +38,7 @@ from typing import Any
 
 from celery import Celery, Task
 
-from tidegate.bulk.publish import page_producer
+from tidegate.bulk.publish import page_producer, redacted_reprs
 from tidegate.bulk.store import BatchStore
 from tidegate.delivery import RetryPolicy
 from tidegate.downstream import backoff_delay
@@ -313,10 +313,12 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             with page_producer(app, len(ok)) as producer:
                 for outcome, new in zip(ok, first, strict=True):
                     if new:
+                        envelope = _forward_envelope(outcome, batch_id)
                         forward_bl.apply_async(
-                            args=(_forward_envelope(outcome, batch_id),),
+                            args=(envelope,),
                             queue=forward_queue,
                             producer=producer,
+                            **redacted_reprs(str(envelope["key"])),
                         )
                         forwarded += 1
         summary = _summary(batch_id, counts, forwarded=forwarded)
@@ -349,7 +351,12 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             # One round trip per page, not one per publish (bulk.publish).
             with page_producer(app, len(keys)) as producer:
                 for key in keys:
-                    parse_bl.apply_async((batch_id, key), ignore_result=True, producer=producer)
+                    parse_bl.apply_async(
+                        (batch_id, key),
+                        ignore_result=True,
+                        producer=producer,
+                        **redacted_reprs(key),
+                    )
             expected += len(keys)
         if store.seal(batch_id, expected):
             aggregate.apply_async((batch_id,), ignore_result=True)
