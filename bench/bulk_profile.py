@@ -27,6 +27,7 @@ from tidegate.harness.celery_fleet import Pool
 from tidegate.harness.scenarios import bulk as bulk_scenario
 from tidegate.harness.scenarios.bulk import BulkConfig
 from tidegate.harness.scenarios.vessel import Sample
+from tidegate.keys import BatchKeys, Keyspace
 from tidegate.redis_server import redis_url
 
 
@@ -86,6 +87,54 @@ def commandstats(client: Any) -> dict[str, tuple[int, int]]:
     return {k.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for k, v in stats.items()}
 
 
+class BatchProgress:
+    """A bulk run's batch over time: units stored (dispatch), outcomes recorded (parse),
+    B/Ls marked forwarded (aggregate) — read from Redis at each sample of the run.
+
+    The run's key prefix is random: the batch is found by its order key at first sight.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.prefix = ""
+        self.keys: BatchKeys | None = None
+        self.points: list[tuple[float, dict[str, int]]] = []
+
+    def read(self) -> dict[str, int]:
+        if self.keys is None:
+            for key in self.client.scan_iter(match="tidegate-bulk-*:batch:*:order", count=1000):
+                self.prefix, _, rest = key.decode().partition(":batch:{")
+                self.keys = Keyspace(self.prefix).batch(rest.rpartition("}:order")[0])
+        if self.keys is None:
+            return {"stored": 0, "parsed": 0, "forwarded": 0}
+        return {
+            "stored": int(self.client.zcard(self.keys.order)),
+            "parsed": int(self.client.hlen(self.keys.outcomes)),
+            "forwarded": int(self.client.scard(self.keys.forwarded)),
+        }
+
+    def on_sample(self, sample: Sample, _total: int) -> None:
+        self.points.append((sample.t, self.read()))
+
+    def time_at(self, name: str, count: float) -> float | None:
+        """When ``name`` reached ``count`` (interpolated between samples)."""
+        before = (0.0, 0)
+        for t, values in self.points:
+            if values[name] >= count:
+                t0, v0 = before
+                return t0 + (t - t0) * (count - v0) / max(1, values[name] - v0)
+            before = (t, values[name])
+        return None
+
+    def mid_rate(self, name: str, total: int, lo: float = 0.2, hi: float = 0.8) -> float | None:
+        """Units per second of step ``name`` between ``lo`` and ``hi`` of ``total``: the
+        steady state, without the step's start and its tail."""
+        a, b = self.time_at(name, lo * total), self.time_at(name, hi * total)
+        if a is None or b is None or b <= a:
+            return None
+        return (hi - lo) * total / (b - a)
+
+
 class _AggregateDone(Exception):
     """Raised from the sampler to end a run at the aggregate (``--stop-at-aggregate``)."""
 
@@ -96,21 +145,8 @@ def run(url: str, bls: int, workers: int, *, stop_at_aggregate: bool = False) ->
     timeline: list[dict[str, Any]] = []
     # CPU accumulated by pool processes is lost when they exit; sample while they live.
 
-    found: dict[str, str] = {}
-
-    def progress() -> dict[str, int]:
-        """Units stored (dispatch), outcomes recorded (parse), B/Ls forwarded (aggregate)."""
-        if "base" not in found:
-            for key in client.scan_iter(match="tidegate-bulk-*:batch:*:order", count=1000):
-                found["base"] = key.decode().removesuffix(":order")
-        base = found.get("base")
-        if base is None:
-            return {"stored": 0, "parsed": 0, "forwarded": 0}
-        return {
-            "stored": int(client.zcard(f"{base}:order")),
-            "parsed": int(client.hlen(f"{base}:outcomes")),
-            "forwarded": int(client.scard(f"{base}:forwarded")),
-        }
+    batch = BatchProgress(client)
+    progress = batch.read
 
     seen: dict[str, set[int]] = {}
     summary: dict[str, Any] = {}
@@ -129,8 +165,7 @@ def run(url: str, bls: int, workers: int, *, stop_at_aggregate: bool = False) ->
                 "cmd": commandstats(client),
             }
         )
-        base = found.get("base")
-        raw = client.get(f"{base}:summary") if base else None
+        raw = client.get(batch.keys.summary) if batch.keys else None
         if raw:
             summary.update(json.loads(raw))
             if stop_at_aggregate:
@@ -151,7 +186,7 @@ def run(url: str, bls: int, workers: int, *, stop_at_aggregate: bool = False) ->
     except _AggregateDone:
         # Stopped at the aggregate: the TOS fan-out (minutes) is not waited for.
         report = {"lost": None, "duplicates": None, "fan_out_s": None}
-        client.delete(*client.keys(f"{found['base'].split(':')[0]}:*"))
+        client.delete(*client.keys(f"{batch.prefix}:*"))
     cpu_watch = watch.stop()
     agg_wall = summary["aggregated_at"]
     report["aggregate_s"] = round(agg_wall - (timeline[0]["wall"] - timeline[0]["t"]), 3)
