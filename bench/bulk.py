@@ -7,6 +7,16 @@ Runs `tidegate.harness.scenarios.bulk` (real Celery workers, a simulated TOS) wi
 reports, per rep: B/L units per second from the dispatch message to the aggregate's
 summary (`aggregate_s`), to the last B/L accepted by the TOS (`fan_out_s`), and the
 peak RSS of the pool that runs dispatch and parse (main process + children).
+
+B/L units/s is the issue's figure: B/Ls over the wall time from just before the manifest
+is stored and its dispatch message sent to the moment the aggregate has published its last
+forward (its summary's `aggregated_at`) — carving, the parse fan-out and the aggregate,
+not the TOS. Two steady-state rates go next to it, read from the batch's keys every
+0.2 s: outcomes recorded per second between 20 % and 80 % of the B/Ls (the parse step,
+without the dispatch's start and the last stragglers), and the same for the aggregate's
+forwards. The aggregate of a small batch runs before the TOS pool is busy; that of a
+large one runs while the TOS pool forwards its first pages on the same CPUs. Each size
+also records the CPU other processes used meanwhile (`cpu_watch`).
 """
 
 from __future__ import annotations
@@ -20,6 +30,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from _harness import CpuWatch, describe_interference
+from bulk_profile import BatchProgress
+from tidegate._redis import client_from_url
 from tidegate.harness.scenarios.bulk import BulkConfig, run_bulk_demo
 from tidegate.redis_server import find_redis_server, redis_url
 
@@ -40,6 +53,23 @@ def machine() -> str:
         f"{os.cpu_count()} vCPU {cpu}, Python {platform.python_version()}, redis-server "
         f"{server}, {time.strftime('%Y-%m-%d')}"
     )
+
+
+#: Seconds between samples: a 1,000-B/L run's middle 60 % lasts about a second.
+SAMPLE_S = 0.2
+
+
+class RunCpuWatch(CpuWatch):
+    """:class:`CpuWatch` that also counts the run's exited processes as its own.
+
+    The fleet is stopped before the watch is read: its workers' CPU (and their pool
+    children's, recycled ones included) is then in this process's reaped-children
+    times, which the base class leaves out — it would report it as other sessions'.
+    """
+
+    def _ours(self) -> float:
+        t = self._me.cpu_times()
+        return super()._ours() + t.children_user + t.children_system
 
 
 def main() -> None:
@@ -63,12 +93,20 @@ def main() -> None:
                     tos_service_s=0.002,
                     timeout_s=3600.0,
                 )
-                report, _ = run_bulk_demo(url, config)
+                watch = RunCpuWatch()
+                progress = BatchProgress(client_from_url(url))
+                report, _ = run_bulk_demo(
+                    url, config, on_sample=progress.on_sample, interval_s=SAMPLE_S
+                )
+                report["cpu_watch"] = watch.stop()
+                report["parse_mid_per_s"] = progress.mid_rate("parsed", bls)
+                report["forward_mid_per_s"] = progress.mid_rate("forwarded", bls)
                 runs.append(report)
                 print(
                     f"{bls} B/Ls, rep {rep}: aggregate {report['aggregate_s']} s, "
                     f"TOS {report['fan_out_s']} s, lost {report['lost']}, "
-                    f"duplicates {report['duplicates']}, RSS {report['peak_worker_rss_mb']}",
+                    f"duplicates {report['duplicates']}, RSS {report['peak_worker_rss_mb']}; "
+                    f"{describe_interference(report['cpu_watch'])}",
                     flush=True,
                 )
     print(f"\nmachine: {machine()}")
@@ -77,20 +115,24 @@ def main() -> None:
         f"--reps {args.reps}\n"
     )
     print(
-        "| B/Ls | dispatch → aggregate | B/L units/s (× first size) | → all at TOS "
+        "| B/Ls | dispatch → aggregate | B/L units/s (× first size) | parse, middle 60 % "
+        "(× first size) | aggregate's forwards, middle 60 % | → all at TOS "
         "| B/Ls/s end to end | peak RSS bulk pool (× first size) | lost | duplicates |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    base_rate = base_rss = 0.0
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    base_rate = base_rss = base_mid = 0.0
     for bls in sizes:
         mine = [r for r in runs if r["submitted"] == bls]
         agg = statistics.median(r["aggregate_s"] for r in mine)
         fan = statistics.median(r["fan_out_s"] for r in mine)
         rss = max(r["peak_worker_rss_mb"]["bulk"] for r in mine)
         rate = bls / agg
-        base_rate, base_rss = base_rate or rate, base_rss or rss
+        mid = statistics.median(r["parse_mid_per_s"] or 0.0 for r in mine)
+        fwd = statistics.median(r["forward_mid_per_s"] or 0.0 for r in mine)
+        base_rate, base_rss, base_mid = base_rate or rate, base_rss or rss, base_mid or mid
         print(
-            f"| {bls:,} | {agg:.1f} s | {rate:.0f} ({rate / base_rate:.2f}) | {fan:.1f} s | "
+            f"| {bls:,} | {agg:.1f} s | {rate:.0f} ({rate / base_rate:.2f}) | "
+            f"{mid:.0f} ({mid / max(base_mid, 1e-9):.2f}) | {fwd:.0f} | {fan:.1f} s | "
             f"{bls / fan:.0f} | {rss:.0f} MiB ({rss / base_rss:.3f}) | "
             f"{sum(r['lost'] for r in mine)} | {sum(r['duplicates'] for r in mine)} |"
         )

@@ -26,7 +26,7 @@ The tasks that publish per B/L (dispatch, aggregate) run with ``trail=False``: w
 Celery's default every task sent from inside a task is kept as an ``AsyncResult`` on
 the sender's request until it returns (and written into its stored result), about
 0.5 KiB per publish — one bulk child reached 173 MiB at 100,000 B/Ls (issue #18). They
-publish each page of 500 through one producer instead of one from the pool per call.
+publish each page of 500 in one broker round trip (:mod:`tidegate.bulk.publish`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from typing import Any
 
 from celery import Celery, Task
 
+from tidegate.bulk.publish import page_producer, redacted_reprs
 from tidegate.bulk.store import BatchStore
 from tidegate.delivery import RetryPolicy
 from tidegate.downstream import backoff_delay
@@ -309,13 +310,15 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             ok = [o for o in outcomes if o["status"] == "ok"]
             # The same B/L twice in one manifest: the TOS gets it once.
             first = store.first_forward(batch_id, [str(o["bl_number"]) for o in ok])
-            with app.producer_or_acquire() as producer:
+            with page_producer(app, len(ok)) as producer:
                 for outcome, new in zip(ok, first, strict=True):
                     if new:
+                        envelope = _forward_envelope(outcome, batch_id)
                         forward_bl.apply_async(
-                            args=(_forward_envelope(outcome, batch_id),),
+                            args=(envelope,),
                             queue=forward_queue,
                             producer=producer,
+                            **redacted_reprs(str(envelope["key"])),
                         )
                         forwarded += 1
         summary = _summary(batch_id, counts, forwarded=forwarded)
@@ -345,10 +348,15 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
             return {"status": "dead_lettered", "batch_id": batch_id, "reason": reason}
         expected = 0
         for keys in store.unit_keys(batch_id):
-            # One producer per page, not one acquired from the pool per publish.
-            with app.producer_or_acquire() as producer:
+            # One round trip per page, not one per publish (bulk.publish).
+            with page_producer(app, len(keys)) as producer:
                 for key in keys:
-                    parse_bl.apply_async((batch_id, key), ignore_result=True, producer=producer)
+                    parse_bl.apply_async(
+                        (batch_id, key),
+                        ignore_result=True,
+                        producer=producer,
+                        **redacted_reprs(key),
+                    )
             expected += len(keys)
         if store.seal(batch_id, expected):
             aggregate.apply_async((batch_id,), ignore_result=True)
