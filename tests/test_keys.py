@@ -80,7 +80,6 @@ def test_every_family_layout_is_pinned() -> None:
             "forwarded",
             "document",
             "dispatched",
-            "aggregated",
             "summary",
         )
     ]

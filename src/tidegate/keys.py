@@ -175,7 +175,6 @@ class BatchKeys:
     forwarded: str
     document: str
     dispatched: str
-    aggregated: str
     summary: str
 
 
@@ -291,7 +290,6 @@ class Keyspace:
             forwarded=f"{base}:forwarded",
             document=f"{base}:document",
             dispatched=f"{base}:dispatched",
-            aggregated=f"{base}:aggregated",
             summary=f"{base}:summary",
         )
 

@@ -157,3 +157,71 @@ def test_the_aggregate_forwards_a_page_in_a_few_requests_and_tracks_every_forwar
     # Each forward is recorded for the orphan sweep as it is pushed, batched or not.
     assert len(runtime(bulk.aggregate.app).outstanding) == UNITS
     assert sent <= MAX_REQUESTS, f"{sent} requests to forward {UNITS} B/Ls"
+
+
+class Killed(BaseException):
+    """The aggregate's worker dying: nothing of the run after it happens."""
+
+
+def _forwarded_keys(redis_client: redis.Redis, queue: str) -> list[str]:
+    messages = [json.loads(m) for m in redis_client.lrange(queue, 0, -1)]
+    return [json.loads(base64.b64decode(m["body"]))[0][0]["key"] for m in messages]
+
+
+@pytest.mark.parametrize("dies", ["before_flush", "after_flush"])
+def test_an_aggregate_killed_part_way_forwards_every_bl_when_it_runs_again(
+    bulk: BulkTasks,
+    batch: BatchStore,
+    queues: dict[str, str],
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    dies: str,
+) -> None:
+    """The aggregate's message comes back after its worker died (acks late). Its second
+    run must forward what the first did not get to the broker. (It used to skip the
+    batch as "already aggregated", and it marked a page forwarded before publishing it:
+    both lost the B/Ls of the rest of the batch.)"""
+    units = [{"key": f"u{i}", "bl_number": f"BL{i:06d}"} for i in range(UNITS)]
+    batch.save_units("b-kill", units)
+    for unit in units:
+        outcome = {"status": "ok", "key": unit["key"], "bl_number": unit["bl_number"]}
+        batch.record_outcome("b-kill", unit["key"], {**outcome, "containers": []})
+    batch.seal("b-kill", UNITS)
+
+    mark = BatchStore.mark_forwarded
+    calls = [0]
+
+    def dying_mark(self: BatchStore, batch_id: str, numbers: list[str]) -> None:
+        calls[0] += 1
+        if calls[0] == 2 and dies == "after_flush":  # the second page
+            raise Killed  # published, not marked
+        mark(self, batch_id, numbers)
+
+    publish = bulk.forward_bl.apply_async
+    sent = [0]
+
+    def dying_publish(*args: Any, **kwargs: Any) -> Any:
+        sent[0] += 1
+        if dies == "before_flush" and sent[0] == 700:  # inside the second page
+            raise Killed
+        return publish(*args, **kwargs)
+
+    monkeypatch.setattr(BatchStore, "mark_forwarded", dying_mark)
+    monkeypatch.setattr(bulk.forward_bl, "apply_async", dying_publish)
+    with pytest.raises(Killed):
+        bulk.aggregate.run("b-kill")
+    first = set(_forwarded_keys(redis_client, queues["forward"]))
+    assert 0 < len(first) < UNITS
+
+    monkeypatch.setattr(BatchStore, "mark_forwarded", mark)
+    monkeypatch.setattr(bulk.forward_bl, "apply_async", publish)
+    summary = bulk.aggregate.run("b-kill")
+
+    keys = _forwarded_keys(redis_client, queues["forward"])
+    assert set(keys) == {u["bl_number"] for u in units}  # nothing lost (keyed by B/L)
+    # Sent twice at most: the page the first run published and did not mark (the
+    # forward's idempotency key keeps the TOS from taking one twice).
+    assert len(keys) - UNITS <= (500 if dies == "after_flush" else 0)
+    assert summary["forwarded"] == UNITS
+    assert bulk.aggregate.run("b-kill")["status"] == "already_aggregated"

@@ -296,22 +296,28 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
 
     @app.task(shared=False, name="bulk.aggregate", ignore_result=False, trail=False)
     def aggregate(batch_id: str) -> dict[str, Any]:
-        """Read the batch's outcomes page by page and forward the B/Ls — once per batch."""
+        """Read the batch's outcomes page by page and forward each B/L once.
+
+        Resumable: a run killed part-way (its message comes back, acks late) starts
+        over and forwards what is not marked forwarded yet. A page is marked only after
+        its flush reached the broker, so nothing published is skipped; what a killed
+        run published but had not marked goes out again, and the forward's idempotency
+        key keeps the TOS from taking it twice. A batch whose summary is saved is done.
+        """
         store = _store()
-        if not store.claim_aggregate(batch_id):
+        if store.summary(batch_id) is not None:
             log.info("batch_aggregate_skipped", batch_id=batch_id, reason="already_aggregated")
             return {"status": "already_aggregated", "batch_id": batch_id}
         counts: dict[str, int] = {}
-        forwarded = 0
         for keys in store.unit_keys(batch_id):
             outcomes = [o or {"status": "missing"} for o in store.outcomes(batch_id, keys)]
             for outcome in outcomes:
                 counts[outcome["status"]] = counts.get(outcome["status"], 0) + 1
             ok = [o for o in outcomes if o["status"] == "ok"]
-            # The same B/L twice in one manifest: the TOS gets it once.
-            first = store.first_forward(batch_id, [str(o["bl_number"]) for o in ok])
+            numbers = [str(o["bl_number"]) for o in ok]
+            due = store.not_forwarded(batch_id, numbers)
             with page_producer(app, len(ok)) as producer:
-                for outcome, new in zip(ok, first, strict=True):
+                for outcome, new in zip(ok, due, strict=True):
                     if new:
                         envelope = _forward_envelope(outcome, batch_id)
                         forward_bl.apply_async(
@@ -320,8 +326,8 @@ def install_bulk(  # noqa: PLR0915 - four task bodies registered as closures on 
                             producer=producer,
                             **redacted_reprs(str(envelope["key"])),
                         )
-                        forwarded += 1
-        summary = _summary(batch_id, counts, forwarded=forwarded)
+            store.mark_forwarded(batch_id, [n for n, new in zip(numbers, due, strict=True) if new])
+        summary = _summary(batch_id, counts, forwarded=store.forwarded(batch_id))
         store.save_summary(batch_id, summary)
         log.info("batch_aggregated", **summary)
         return summary

@@ -145,17 +145,39 @@ class BatchStore:
             raws = cast("list[bytes | None]", self.client.hmget(self.keys(batch_id).outcomes, keys))
         return [json.loads(raw) if raw else None for raw in raws]
 
-    def first_forward(self, batch_id: str, bl_numbers: list[str]) -> list[bool]:
-        """For each B/L number, whether this is its first forward in the batch (the same
-        B/L twice in one manifest reaches the downstream once)."""
+    def not_forwarded(self, batch_id: str, bl_numbers: list[str]) -> list[bool]:
+        """For each B/L number, whether it still has to be forwarded: not marked yet, and
+        its first place in ``bl_numbers`` (the same B/L twice in one manifest reaches the
+        downstream once)."""
+        if not bl_numbers:
+            return []
+        with map_redis_errors("read forwarded"):
+            marked = self.client.smismember(self.keys(batch_id).forwarded, bl_numbers)
+        seen: set[str] = set()
+        result = []
+        for number, done in zip(bl_numbers, marked, strict=True):
+            result.append(not done and number not in seen)
+            seen.add(number)
+        return result
+
+    def mark_forwarded(self, batch_id: str, bl_numbers: list[str]) -> None:
+        """Record that these B/Ls' forwards reached the broker. Called after the page's
+        flush, never before: a worker killed between the two leaves them unmarked, and
+        the aggregate's next run publishes them again (the forward's idempotency key
+        keeps the downstream from taking one twice), where marking first lost them."""
+        if not bl_numbers:
+            return
         name = self.keys(batch_id).forwarded
         with map_redis_errors("mark forwarded"):
             pipe = self.client.pipeline(transaction=False)
-            for number in bl_numbers:
-                pipe.sadd(name, number)
+            pipe.sadd(name, *bl_numbers)
             pipe.expire(name, self.ttl_s)
-            added = pipe.execute()[:-1]
-        return [bool(a) for a in added]
+            pipe.execute()
+
+    def forwarded(self, batch_id: str) -> int:
+        """How many distinct B/Ls of the batch have been forwarded."""
+        with map_redis_errors("count forwarded"):
+            return int(self.client.scard(self.keys(batch_id).forwarded))
 
     def save_document(self, batch_id: str, data: bytes, *, chunk: int = DOCUMENT_CHUNK) -> int:
         """Store a manifest's bytes in chunks (a claim check): the dispatch message then
@@ -209,11 +231,6 @@ class BatchStore:
     def dispatched(self, batch_id: str) -> bool:
         with map_redis_errors("check dispatched"):
             return bool(self.client.exists(self.keys(batch_id).dispatched))
-
-    def claim_aggregate(self, batch_id: str) -> bool:
-        """True for the first caller only: the aggregate of a batch runs once."""
-        with map_redis_errors("claim aggregate"):
-            return bool(self.client.set(self.keys(batch_id).aggregated, 1, nx=True, ex=self.ttl_s))
 
     def save_summary(self, batch_id: str, summary: Mapping[str, Any]) -> None:
         with map_redis_errors("save batch summary"):
