@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -23,7 +23,7 @@ from tidegate._redis import clock_ms, hash_pages, lua_script, map_redis_errors, 
 from tidegate.events import MessageParked, emit
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
 
-__all__ = ["ParkedMessage", "ParkingLot"]
+__all__ = ["ParkedMessage", "ParkingLot", "envelope_keys"]
 
 
 #: How long a mover has to republish a claimed message before another may take it, ms.
@@ -36,6 +36,20 @@ class ParkedMessage:
 
     id: str
     envelope: dict[str, Any]
+
+
+def envelope_keys(bodies: Iterable[bytes | str]) -> list[str]:
+    """The idempotency keys of parked envelopes (JSON bodies); a body without one, or
+    not JSON, names no unit and is skipped."""
+    keys = []
+    for raw in bodies:
+        try:
+            key = json.loads(raw).get("key")
+        except (ValueError, AttributeError):
+            continue
+        if key is not None:
+            keys.append(str(key))
+    return keys
 
 
 class ParkingLot:
@@ -100,15 +114,7 @@ class ParkingLot:
     def iter_keys(self, page: int) -> Iterator[list[str]]:
         """The idempotency keys of the parked messages, ``page`` envelopes at a time."""
         for raws in hash_pages(self.client, self._envelopes, page, "parked keys"):
-            keys = []
-            for raw in raws.values():
-                try:
-                    key = json.loads(raw).get("key")
-                except (ValueError, AttributeError):
-                    continue
-                if key is not None:
-                    keys.append(str(key))
-            if keys:
+            if keys := envelope_keys(raws.values()):
                 yield keys
 
     def depth(self) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 from tidegate.events import MessageParked, emit
 from tidegate.load.memory._lease import lease_claim, stamp, wall_ms
-from tidegate.load.parking import CLAIM_LEASE_MS, ParkedMessage
+from tidegate.load.parking import CLAIM_LEASE_MS, ParkedMessage, envelope_keys
 
 __all__ = ["MemoryParkingLot"]
 
@@ -73,15 +73,7 @@ class MemoryParkingLot:
         with self._lock:
             bodies = list(self._envelopes.values())
         for start in range(0, len(bodies), max(1, page)):
-            keys = []
-            for raw in bodies[start : start + max(1, page)]:
-                try:
-                    key = json.loads(raw).get("key")
-                except (ValueError, AttributeError):
-                    continue
-                if key is not None:
-                    keys.append(str(key))
-            if keys:
+            if keys := envelope_keys(bodies[start : start + max(1, page)]):
                 yield keys
 
     def depth(self) -> int:
