@@ -8,16 +8,10 @@ so :func:`stamp` rounds the same way, and ties in line order fall to the member 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, MutableMapping
 from typing import Literal
 
-__all__ = ["lease_claim", "stamp", "wall_ms"]
-
-
-def wall_ms() -> float:
-    """This host's clock, ms since the epoch: the default clock of every memory store."""
-    return time.time() * 1000.0
+__all__ = ["lease_claim", "stamp"]
 
 
 def stamp(ms: float) -> float:

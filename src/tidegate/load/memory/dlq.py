@@ -18,7 +18,8 @@ from tidegate.errors import ConfigurationError
 from tidegate.events import emit
 from tidegate.load._listing import listed
 from tidegate.load.dlq import DEFAULT_REPLAY_HOLD_S, DeadLetter, ReplayMark
-from tidegate.load.memory._lease import stamp, wall_ms
+from tidegate.load.memory._clock import wall_ms
+from tidegate.load.memory._lease import stamp
 from tidegate.logging import get_logger
 
 __all__ = ["MemoryDeadLetterQueue"]

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tidegate.events import MessageParked, emit
-from tidegate.load.memory._lease import lease_claim, stamp, wall_ms
+from tidegate.load.memory._clock import wall_ms
+from tidegate.load.memory._lease import lease_claim, stamp
 from tidegate.load.parking import CLAIM_LEASE_MS, ParkedMessage, envelope_keys
 
 __all__ = ["MemoryParkingLot"]

@@ -17,7 +17,8 @@ from typing import Any
 
 from tidegate.events import DocumentShed, emit
 from tidegate.load._listing import listed
-from tidegate.load.memory._lease import lease_claim, stamp, wall_ms
+from tidegate.load.memory._clock import wall_ms
+from tidegate.load.memory._lease import lease_claim, stamp
 from tidegate.load.quarantine import CLAIM_LEASE_MS, QuarantineClaim, QuarantinedDocument
 from tidegate.logging import get_logger, key_hash
 
