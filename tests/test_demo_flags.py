@@ -221,7 +221,7 @@ def runners(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Recorder:
     monkeypatch.setattr(bulk_demo, "run_bulk_demo", recorder.bulk)
     monkeypatch.setattr(overload_demo, "run_overload_demo", recorder.overload)
     monkeypatch.setattr(gate_demo, "run_gate_demo", recorder.gate)
-    monkeypatch.setattr("tidegate.cli.demo.redis_url", _no_redis)
+    monkeypatch.setattr("tidegate.cli._demo_runs.redis_url", _no_redis)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))

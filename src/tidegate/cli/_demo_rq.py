@@ -27,7 +27,7 @@ def rq_vessel_scenario(
     keep_logs: bool,
 ) -> None:
     """Run the burst (``chaos_kind``: only ``kill-workers``); a failed chaos check exits 1."""
-    from tidegate.cli.demo import _finish, _live_table, _log_dir
+    from tidegate.cli._demo_runs import finish, live_table, log_dir_for
     from tidegate.harness.scenarios.rq_vessel import RqKillWorkers, run_rq_vessel_demo
     from tidegate.harness.scenarios.vessel import VesselConfig
 
@@ -46,7 +46,7 @@ def rq_vessel_scenario(
     )
     name = "demo-rq" if kill is None else "chaos-rq-kill-workers"
     with (
-        _log_dir(console, keep_logs, name) as log_dir,
+        log_dir_for(console, keep_logs, name) as log_dir,
         redis_url() as url,
         Live(console=console, refresh_per_second=4) as live,
     ):
@@ -55,9 +55,9 @@ def rq_vessel_scenario(
             config,
             log_dir=log_dir,
             kill=kill,
-            on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
+            on_sample=lambda s, n: live.update(live_table(s, n, limits)),
         )
-    _finish(console, report, json_path, plot_path=plot_path, samples=samples)
+    finish(console, report, json_path, plot_path=plot_path, samples=samples)
     if kill is not None:
         failed = [c["name"] for c in report["chaos"]["checks"] if not c["ok"]]
         if failed:

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from tidegate.cli.demo import _finish, _live_table, _log_dir
+from tidegate.cli._demo_runs import finish, live_table, log_dir_for
 from tidegate.logging import configure as configure_logging
 from tidegate.redis_server import redis_url
 
@@ -41,7 +41,7 @@ def adaptive_scenario(
         f"at {config.floor_rate:g}/s and is told none of it."
     )
     with contextlib.ExitStack() as stack:
-        log_dir = stack.enter_context(_log_dir(console, keep_logs, "adaptive"))
+        log_dir = stack.enter_context(log_dir_for(console, keep_logs, "adaptive"))
         # The sims run in this process: their events (the capacity steps, suspensions)
         # go to a file, not over the live view.
         events = stack.enter_context((log_dir / "sims.log").open("a", encoding="utf-8"))
@@ -53,9 +53,9 @@ def adaptive_scenario(
             url,
             config,
             log_dir=log_dir,
-            on_sample=lambda s, n: live.update(_live_table(s, n, limits)),
+            on_sample=lambda s, n: live.update(live_table(s, n, limits)),
         )
-    _finish(console, report, json_path)
+    finish(console, report, json_path)
     if plot_path is not None:
         from tidegate.harness.adaptive_plot import plot_adaptive
 

@@ -30,7 +30,6 @@ from tidegate.downstream._classify import (
     RetryAfterIssue,
     RetryAfterPolicy,
     classify_response,
-    parse_rate_limit_headers,
     parse_retry_after,
 )
 from tidegate.downstream._client import (
@@ -41,6 +40,7 @@ from tidegate.downstream._client import (
     DownstreamClient,
     PauseFeedback,
 )
+from tidegate.downstream._ratelimit_headers import parse_rate_limit_headers
 from tidegate.downstream._report import CallObserver, ObservedOutcome
 
 __all__ = [

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 import httpx
 
-from tidegate.downstream._classify import Outcome, parse_rate_limit_headers
+from tidegate.downstream._classify import Outcome
+from tidegate.downstream._ratelimit_headers import parse_rate_limit_headers
 from tidegate.logging import get_logger
 
 if TYPE_CHECKING:  # not at import: a process that only classifies loads no tidegate.flow

@@ -18,6 +18,11 @@ A bare UNH..UNT without UNB is read like any other message, with no interchange.
 A :class:`MessageConsumer` can take a message's segments over as they are read (the
 IFCSUM splitter does, so that a manifest's consignments are released one by one
 instead of being held until the UNT); the envelope checks are the same either way.
+
+Why one module of ~650 lines: the envelope is one state machine (interchange, group,
+message open or closed), and every check above needs to see that state as the segment
+arrives; the value types it hands out (:class:`Message`, :class:`Interchange`) are
+defined beside it because nothing else builds them.
 """
 
 from __future__ import annotations

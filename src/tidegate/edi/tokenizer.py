@@ -16,6 +16,12 @@ rest of the buffer is then re-split with the new separators (pydifact 0.2.3 sile
 drops the first interchange in that case). A BOM and whitespace between segments
 (newlines, CRLF, tab indentation) are skipped but kept in :attr:`Segment.lead`, so the
 raw text of any run of segments can be reproduced byte for byte.
+
+Why one module of ~730 lines: :meth:`Tokenizer._cut` is the reader's hot loop, one
+generator whose state (the carry, the delimiters, the release run, the charset) lives in
+its local variables, read without an attribute lookup per segment (``bench/edi.py``
+times it); the helpers above it are its pieces. Split, each half would need the other's
+locals.
 """
 
 from __future__ import annotations

@@ -31,6 +31,12 @@ Time comes from an injectable monotonic ``clock``; timestamps in the stats are
 ``time.time()`` floats derived from it, so a test that steps a fake clock gets a
 consistent timeline. ``sleep`` (the service time of an accepted write) is injectable
 too, so a test can hold requests in flight without racing the wall clock.
+
+Why one module of ~740 lines: :class:`SimServer` is one piece of shared state behind
+one lock — the accepted keys, counters, fault, outage, stragglers and the admission
+policy's hooks — and every write, lookup and control endpoint reads and changes it
+under that lock; the concrete sims (the customs gateway, the TOS, the
+database) only add their admission policy.
 """
 
 from __future__ import annotations

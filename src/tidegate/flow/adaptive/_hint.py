@@ -4,7 +4,7 @@ Discovering a rate from rejections costs rejections; a downstream that publishes
 quota in rate-limit headers saves them all. The headers come in several dialects (the
 IETF httpapi draft's ``RateLimit-Policy`` / ``RateLimit``, its older ``RateLimit-Limit``
 family, the de-facto ``X-RateLimit-*``); the parser in
-:mod:`tidegate.downstream._classify` reads them all into this one value, so the
+:mod:`tidegate.downstream._ratelimit_headers` reads them all into this one value, so the
 controller never sees a header.
 """
 
