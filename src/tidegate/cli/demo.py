@@ -26,6 +26,7 @@ from tidegate.cli._demo_runs import (
 )
 from tidegate.cli._output import console as make_console
 from tidegate.errors import BackendUnwritable, BrokerUnreachable
+from tidegate.keys import Keyspace
 
 __all__ = ["ACCEPTS", "CHAOS_KINDS", "check_flags", "demo"]
 
@@ -368,7 +369,7 @@ def _redis_refuses_writes() -> str | None:
     if not url:
         return None
     try:
-        client_from_url(url).set("tidegate:demo:write-probe", b"1", px=1)
+        client_from_url(url).set(Keyspace().demo_write_probe(), b"1", px=1)
     except Exception as exc:  # any failure but a refused write is "not known"
         return unwritable_cause(exc)
     return None
