@@ -425,15 +425,18 @@ def test_a_second_cut_of_one_fall_keeps_the_first_cuts_wait() -> None:
 def test_a_window_mostly_refused_cuts_to_the_share_the_downstream_accepted() -> None:
     """At 10/s, 2 accepted and 3 refused in the window: a bucket lets its own rate
     through, so the capacity is about 4/s — the ceiling goes to 10 × 0.4 × 0.9 = 3.6
-    at once (one cut, one batch of 429s), not to 9 and then again. A lone 429, or 429s
-    with no success beside them (the window of a pause), say nothing about the share."""
+    at once (one cut, one batch of 429s), not to 9 and then again; three 429s also cut
+    as deep as a second 429 in a row (10 × 0.49 × 0.72 = 3.53), the lower of the two.
+    A lone 429, or 429s with no success beside them (the window of a pause), say
+    nothing about the share."""
     state = RateState(rate=10.0)
 
     def cut(successes: int, throttled: int) -> float | None:
         window = RateWindow(successes=successes, throttled=throttled, saturated=True)
         return decide_rate(state, window, PRONE, now_ms=T0).state.ceiling
 
-    assert cut(2, 3) == pytest.approx(3.6)
+    assert cut(3, 2) == pytest.approx(10 * 0.6 * 0.9)
+    assert cut(2, 3) == pytest.approx(10 * 0.7 * 0.7 * 0.9 * 0.8)
     assert cut(9, 1) == pytest.approx(9.0)
     assert cut(0, 3) == pytest.approx(9.0)
 
@@ -1346,3 +1349,18 @@ def test_scenario_a_steady_capacity_costs_few_failed_probes(
         assert run_.suspensions == 0
         assert run_.throttled_share() <= share
         assert run_.utilisation(40, 300) >= used
+
+
+def test_three_429s_in_one_window_cut_deep_at_once() -> None:
+    """23.5/s when the capacity falls to 8/s: the first window holds three 429s beside
+    the successes of calls sent before the fall. A cut to ×0.9 of the share accepted
+    (14/s) drew the next tick's 429s — the fifth in ten seconds suspends the fleet (10
+    of 24 model runs instead of 19) — so it cuts as deep as a second 429 in a row."""
+    settled = RateState(rate=23.5, ceiling=23.5, last_rejection_ms=T0 - 60_000, updated_ms=T0 - 1)
+    window = RateWindow(throttled=3, successes=17, saturated=True)
+
+    fell = decide_rate(settled, window, PRONE, now_ms=T0).state
+
+    assert fell.ceiling is not None
+    assert fell.ceiling <= 23.5 * 0.7 * 0.7 * 0.9 * 0.8 + 1e-9
+    assert fell.rate == fell.ceiling
