@@ -207,6 +207,7 @@ def run_variant(
             proc.join(timeout=600)
         stats = sim.stats(timeline=False)
     rows = [json.loads(raw) for raw in client.lrange(f"{prefix}:bench:out", 0, -1)]
+    history = _rate_history(client, prefix, t0) if variant == "tidegate_adaptive" else None
     for key in client.scan_iter(match=f"{prefix}:*"):
         client.delete(key)
     accepted = sorted(at - t0 for at, status in rows if status == 200)
@@ -236,4 +237,19 @@ def run_variant(
         "drain_s": round(drain, 1) if not undelivered else None,
         "ideal_s": round(ideal_drain_s(units), 1),
         "drain_over_ideal": round(drain / ideal_drain_s(units), 2) if not undelivered else None,
+        **({} if history is None else {"rate_history": history}),
     }
+
+
+def _rate_history(client: Any, prefix: str, t0: float) -> list[list[Any]]:
+    """The controller's decisions as ``[t_s, reason, rate, ceiling]``, oldest first: the
+    real run's counterpart of the model's ``decisions`` (where a cut landed, and why)."""
+    policy = AdaptivePolicy(rate=RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True))
+    reader = AdaptiveController(RedisAdaptiveStore(client), "customs", policy, prefix=prefix)
+    out = []
+    for event in reversed(reader.history(limit=1000)):
+        if event.get("kind") != "rate" or "at_ms" not in event:
+            continue
+        at_s = round(float(event["at_ms"]) / 1000.0 - t0, 2)
+        out.append([at_s, event.get("reason"), event.get("rate"), event.get("ceiling")])
+    return out

@@ -353,7 +353,9 @@ def test_closed_loop_without_headers_learns_the_schedule_from_429s_alone() -> No
 
     assert run["suspensions"] == 0
     assert len(run["throttled"]) <= 0.02 * len(run["accepted"])
-    assert sum(1 for t in run["throttled"] if t < 20) <= 2  # the discovery
+    # The discovery: the slow start's pair and at most one failed probe's pair (its
+    # first probe comes sooner since the start's ceiling is the rate proven clean).
+    assert sum(1 for t in run["throttled"] if t < 20) <= 4
     assert per_second(run["accepted"], 20, 100) >= 8.5
     assert per_second(run["accepted"], 110, 160) <= 4.0
     assert sum(1 for t in run["throttled"] if 100 <= t < 160) <= 8  # the fall, 3 probes

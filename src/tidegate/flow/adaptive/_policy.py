@@ -115,6 +115,13 @@ class RatePolicy:
             (0 < h <= 1).
         max_step_s: the longest gap credited to one increase, seconds (> 0): a
             controller that was not ticking for an hour does not jump.
+        probe_budget: the share of calls a failed probe may cost at a steady capacity
+            (0 < b <= 1). A ceiling within the smallest probe of a recent 429 has
+            nothing left to bisect, and is held ``1 / (probe_budget × ceiling)``
+            seconds after that 429, between ``max_quiet_s`` and three times it (at
+            10/s, 20 s; at 3/s, 60 s), or ``max_quiet_s`` when the capacity fell
+            lately (it may come back). A larger budget finds a capacity that rose
+            while the ceiling was held sooner.
 
     Warning:
         Without ``suspension_prone`` the controller is plain AIMD: it probes past the
@@ -139,6 +146,7 @@ class RatePolicy:
     min_reprobe_factor: float = 1.05
     headroom: float = DEFAULT_HEADROOM
     max_step_s: float = 2.0
+    probe_budget: float = 0.005
 
     def __post_init__(self) -> None:
         _finite("min_rate", self.min_rate, low=0.0)
@@ -191,6 +199,7 @@ class RatePolicy:
         _finite("min_reprobe_factor", self.min_reprobe_factor, low=1.0, high=self.reprobe_factor)
         _finite("headroom", self.headroom, low=0.0, high=1.0)
         _finite("max_step_s", self.max_step_s, low=0.0)
+        _finite("probe_budget", self.probe_budget, low=0.0, high=1.0)
 
     @property
     def initial_rate(self) -> float:

@@ -6,10 +6,15 @@ what it accepted, and every failed probe costs a 429 and the fleet's pause for i
 sawtooth:
 
 * a probe raises the ceiling by ``reprobe_factor``, but only halfway to the rate of
-  a recent 429 (``bad_rate``, forgotten after ``2 × max_quiet_s`` or once probes
-  climbed a whole factor above the ceiling it left), or ``min_reprobe_factor`` above
-  the ceiling if that is more — a bisection between what worked and what did not;
-* a probe that runs ``quiet_s`` without a 429 *worked*: the next one follows at once
+  a recent 429 (``bad_rate``, forgotten after a hold and ``max_quiet_s`` more, or
+  once probes climbed a whole factor above the ceiling it left), or
+  ``min_reprobe_factor`` above the ceiling if that is more — a bisection between
+  what worked and what did not;
+* a ceiling within that smallest step of the recent 429 has nothing left to bisect:
+  it is held, so that failed probes cost at most ``probe_budget`` of the calls (see
+  :func:`hold_s`), unless the capacity fell lately and may come back;
+* a probe that runs ``quiet_s`` without a 429 *worked* (a small step must run
+  longer: a bucket's burst hides a small excess for longer): the next one follows at once
   (a capacity that went up is found in a few factors, not one small step a minute:
   a whole factor when no recent 429 bounds it, and the bisection otherwise, which
   closes in from below at a steady capacity);
@@ -37,8 +42,25 @@ if TYPE_CHECKING:
 #: a fall to 40 % (4.03-4.07/s for a 4/s dip); 0.78 slowed the climb back after it.
 _DEEPER = 0.8
 
+#: The longest hold of a converged ceiling, in ``max_quiet_s``: at 1.5/s the budget
+#: alone would wait 133 s, and a capacity that came back after a maintenance window
+#: would go unused that long (measured on the model: 3 → 1.5 → 3/s never reached 90 %
+#: of the 3/s within 80 s). Below ``1 / (probe_budget × 3 × max_quiet_s)`` (3.3/s at
+#: the defaults) the budget gives way to that goal.
+_HOLDS = 3.0
+#: The longest proof of a small probe, in ``quiet_s`` (see :func:`proof_s`). Measured
+#: on the model with the delays of real processes: 5 (20 s) left a probe running when
+#: the capacity fell and slowed every climb; 1 (no scaling) drew the second 429 at the
+#: restored ceiling (settled 0.83 after the bench's dip instead of 0.93).
+_PROOF_MAX = 2.0
+#: How long after a fall the budget gives way (see :func:`_fell_lately`), in
+#: ``max_quiet_s``: a minute's maintenance window at 25/s → 8/s, and the climb after
+#: it bisecting towards the 429s met in it, took 39-42 s to 90 % with two holds (51 s).
+_LATELY = 6.0
+
 __all__ = [
     "consecutive",
+    "converged",
     "current_quiet_s",
     "failed_probe",
     "fallen_quiet_s",
@@ -55,12 +77,33 @@ def current_quiet_s(state: RateState, policy: RatePolicy) -> float:
     return min(policy.max_quiet_s, max(policy.quiet_s, state.quiet_s))
 
 
+def proof_s(state: RateState, policy: RatePolicy, now_ms: float) -> float:
+    """How long a running probe must go without a 429 to have worked: ``quiet_s`` for a
+    whole ``reprobe_factor``, longer for a smaller step (``quiet_s × (r - 1) / (step -
+    1)``, at most ``max_quiet_s``). A token bucket's burst hides an excess of ``e``
+    calls a second for ``burst / e`` seconds: 10.2/s against 10/s with a burst of 2
+    runs clean for 10 s, and a probe taken for working after 4 s put the ceiling over
+    the capacity, where it drew a second 429 a few seconds later. Scaled this way a
+    burst of up to ``quiet_s × (r - 1)`` seconds of the capacity is seen through."""
+    start, level = state.probe_from, state.ceiling
+    if (
+        start is None
+        or level is None
+        or level <= start
+        or _fell_lately(state, policy, start, now_ms)
+    ):
+        return policy.quiet_s
+    step = level / start - 1.0
+    wait = policy.quiet_s * (policy.reprobe_factor - 1.0) / step
+    return min(_PROOF_MAX * policy.quiet_s, max(policy.quiet_s, wait))
+
+
 def quiet(state: RateState, policy: RatePolicy, now_ms: float, *, at_least_s: float = 0.0) -> bool:
     """Time for the next probe: a running probe went ``quiet_s`` without a rejection
     (it worked), or, between probes, the current wait (at least ``at_least_s``) has
     passed since the last rejection and the last probe."""
     if state.probe_from is not None:
-        wait_s = policy.quiet_s
+        wait_s = proof_s(state, policy, now_ms)
     else:
         wait_s = max(at_least_s, current_quiet_s(state, policy))
     quiet_ms = wait_s * 1000.0
@@ -82,9 +125,53 @@ def _bad_rate(state: RateState, policy: RatePolicy, ceiling: float, now_ms: floa
     below = state.bad_ceiling
     if below is not None and ceiling >= below * policy.reprobe_factor:
         return None  # probes climbed a whole factor since: the capacity moved up
-    if at is None or now_ms - at >= 2.0 * policy.max_quiet_s * 1000.0:
+    if at is None or now_ms - at >= _memory_s(policy, ceiling) * 1000.0:
         return None
     return bad
+
+
+def hold_s(policy: RatePolicy, ceiling: float) -> float:
+    """How long a converged ceiling waits after a 429 before it is probed again: the
+    longest wait, or longer at a low rate, so that one failed probe per hold costs at
+    most ``probe_budget`` of the calls (at 3/s one 429 per 20 s is 1.7 %)."""
+    budgeted = 1.0 / (policy.probe_budget * ceiling)
+    return max(policy.max_quiet_s, min(_HOLDS * policy.max_quiet_s, budgeted))
+
+
+def _memory_s(policy: RatePolicy, ceiling: float) -> float:
+    """How long a 429's rate bounds the probes: a hold and one longest wait more (two
+    longest waits at 10/s, as before the hold scaled with the rate)."""
+    return hold_s(policy, ceiling) + policy.max_quiet_s
+
+
+def converged(state: RateState, policy: RatePolicy, ceiling: float, now_ms: float) -> bool:
+    """The ceiling is within the smallest probe of a recent 429's rate: nothing is left
+    to bisect. A probe there only finds whether a token bucket's burst hides the last
+    few percent for ``quiet_s`` (it does: 10.2/s runs clean for 4 s against 10/s with a
+    burst of 2), then draws two 429s — the probe's and, a few seconds after it was
+    taken for working, one at the restored ceiling. So the ceiling is held for
+    :func:`hold_s` after the last 429 (``max_quiet_s`` if the capacity fell lately)."""
+    bad = _bad_rate(state, policy, ceiling, now_ms)
+    if bad is None or ceiling * policy.min_reprobe_factor < bad * (1.0 - 1e-9):
+        return False
+    at = state.last_rejection_ms
+    hold = (
+        policy.max_quiet_s
+        if _fell_lately(state, policy, ceiling, now_ms)
+        else hold_s(policy, ceiling)
+    )
+    return at is not None and now_ms - at < hold * 1000.0
+
+
+def _fell_lately(state: RateState, policy: RatePolicy, ceiling: float, now_ms: float) -> bool:
+    """The capacity fell by more than a probe within two holds (a maintenance window):
+    it is likely to come back, and the goal is to notice within 30 s, so the 429
+    budget gives way — the hold is ``max_quiet_s`` and a probe works after ``quiet_s``
+    (the 429s met in the fall would otherwise be bisected towards one proof at a time
+    after the capacity came back)."""
+    fell = state.fell_ms
+    lately_s = max(2.0 * hold_s(policy, ceiling), _LATELY * policy.max_quiet_s)
+    return fell is not None and now_ms - fell < lately_s * 1000.0
 
 
 def new_ceiling(
@@ -100,17 +187,17 @@ def new_ceiling(
 
     ``ceiling_margin × base``, or lower where the 429 says more:
 
-    * the slow start's first 429: the rate of the last window that went through
-      cleanly (the rate grows a whole factor per tick, so the 429 says only that the
-      capacity lies between the two) — ``ceiling_margin ×`` that when the 429 came to
-      a call admitted at it, before the last increase: one clean tick is weak evidence
-      (a bucket's burst hides a small excess for a second, and answers come back up to
-      a tick late), and that clean rate drew the second 429 that cut deep and starved
-      the start;
+    * the slow start's first 429: the rate last *proven* clean (``good_rate``: the
+      rate before the last raise, whose calls' answers were all in; the slow start
+      grows a whole factor a tick, so the 429 says only that the capacity lies between
+      the two) — a tick's clean window at the newest rate proved nothing (answers come
+      back up to a tick late, and a bucket's burst hides a small excess for a second),
+      and a ceiling there drew the second 429 that cut deep and starved the start;
     * a 429 right after the previous cut's: well under the rate it is cut to
       (``× ceiling_margin × 0.8``: the capacity fell by more than a cut, by how much
       is unknown, and a ceiling left just above the fallen capacity draws no 429 for
-      a minute against a bucket with a burst, but is over it all that time);
+      a minute against a bucket with a burst, but is over it all that time) — or
+      under the rate the fall began at, when the first cut already went deeper;
     * a window where the downstream refused a large share (two or more 429s beside
       successes): ``base ×`` the share it accepted ``× ceiling_margin`` — what a
       bucket lets through at a rate above it is its own rate, so a fall to 40 % is
@@ -118,31 +205,22 @@ def new_ceiling(
     """
     ceiling = base * policy.ceiling_margin
     if consecutive:
-        ceiling = min(ceiling, cut * policy.ceiling_margin * _DEEPER)
+        deep = cut
+        began, last = state.bad_rate, state.ceiling
+        if began is not None and last is not None and last < began * policy.ceiling_margin * 0.99:
+            # The first cut already went deeper than the margin (to the share a window
+            # accepted, 9.97 → 5.38/s at a fall to 4/s): deep under the rate the fall
+            # began at, not ×0.35 under this one again (→ 1.9/s).
+            deep = max(cut, began * policy.decrease_factor**2)
+        ceiling = min(ceiling, deep * policy.ceiling_margin * _DEEPER)
     elif state.good_rate is not None and state.good_rate < ceiling:
         ceiling = state.good_rate
-        if _refused_at_good_rate(state, window):
-            ceiling *= policy.ceiling_margin
     if window is not None and window.throttled >= 2 and window.successes >= 1:
         share = window.successes / (window.successes + window.throttled)
         ceiling = min(ceiling, base * share * policy.ceiling_margin)
     if state.ceiling is not None:
         ceiling = min(ceiling, state.ceiling)
     return max(policy.min_rate, ceiling)
-
-
-def _refused_at_good_rate(state: RateState, window: RateWindow | None) -> bool:
-    """The slow start's 429 came to a call admitted before the last increase, at the
-    rate of the window that looked clean: that window's answers were not all in (they
-    come back up to a tick late) or a bucket's burst hid a small excess for a second."""
-    admitted = None if window is None else window.throttled_admitted_ms
-    grown = state.updated_ms
-    return (
-        state.last_rejection_ms is None
-        and admitted is not None
-        and grown is not None
-        and admitted < grown
-    )
 
 
 def consecutive(state: RateState, policy: RatePolicy, now_ms: float) -> bool:

@@ -25,6 +25,9 @@ Guarantees, for any sequence of windows (property-tested):
 * ``min_rate <= rate <= max_rate``;
 * for a suspension-prone downstream, once a 429 was seen, ``rate <= ceiling``, and
   the ceiling a 429 sets lies below the rate the 429 appeared at (or at the floor);
+* a 429 counts at the rate its call was admitted at (before the last raise, if it
+  was admitted before it), and a clean window proves the rate before a raise made in
+  the tick it covers, not the new one;
 * a 429 of a call the gate admitted before the last cut (``throttled_admitted_ms``
   earlier than ``cut_ms``) is an echo of the rate before it: counted, named
   ``throttled_stale``, and nothing moves; so is a 503 (``unavailable_stale``).
@@ -43,6 +46,7 @@ from tidegate.flow.adaptive._hint import RateLimitHint
 from tidegate.flow.adaptive._policy import Mode, RatePolicy
 from tidegate.flow.adaptive._probe import (
     consecutive,
+    converged,
     current_quiet_s,
     failed_probe,
     fallen_quiet_s,
@@ -140,7 +144,11 @@ def decide_rate(
         return _decision(state, new, ceiling, "policy", now_ms)
     if not (window.saturated and window.successes > 0):
         return _decision(state, state.rate, ceiling, "not_saturated", now_ms)
-    before, state = state, replace(state, good_rate=state.rate)  # it went through cleanly
+    # It went through cleanly — at the rate its calls were admitted at: the one before
+    # the last raise if the last decision raised it (the slow start grows a whole
+    # factor a tick, and a clean first window at the new rate proves nothing of it).
+    proven = state.rate if state.raised_from is None else min(state.rate, state.raised_from)
+    before, state = state, replace(state, good_rate=proven)
     recent = state.last_rejection_ms
     if recent is not None and now_ms - recent < policy.recover_s * 1000.0:
         return _decision(state, state.rate, ceiling, "recovering", now_ms, previous=before)
@@ -149,11 +157,30 @@ def decide_rate(
         return _decision(state, min(top, grown), ceiling, "increase", now_ms, previous=before)
     if ceiling is None or ceiling >= limit:
         return _decision(state, state.rate, ceiling, "at_max", now_ms, previous=before)
+    return _probe_or_hold(state, policy, ceiling, limit, now_ms=now_ms, previous=before)
+
+
+def _probe_or_hold(
+    state: RateState,
+    policy: RatePolicy,
+    ceiling: float,
+    limit: float,
+    *,
+    now_ms: float,
+    previous: RateState,
+) -> RateDecision:
+    """At the ceiling, saturated: probe above it once the wait is over, unless the
+    ceiling is within the smallest probe of a recent 429 (:func:`converged`)."""
     hinted = limit < policy.max_rate  # headers said more than the ceiling allows
     if not quiet(state, policy, now_ms, at_least_s=policy.hinted_quiet_s if hinted else 0.0):
-        return _decision(state, state.rate, ceiling, "at_ceiling", now_ms, previous=before)
+        return _decision(state, state.rate, ceiling, "at_ceiling", now_ms, previous=previous)
+    if converged(state, policy, ceiling, now_ms):
+        # A running probe went its proof time cleanly: it worked, and stays the ceiling.
+        worked = state.probe_from is not None
+        held = replace(state, probe_from=None, quiet_s=policy.quiet_s) if worked else state
+        return _decision(held, state.rate, ceiling, "at_ceiling", now_ms, previous=previous)
     probed = start_probe(state, policy, ceiling, now_ms, limit=limit)
-    return _decision(probed, state.rate, probed.ceiling, "reprobe", now_ms, previous=before)
+    return _decision(probed, state.rate, probed.ceiling, "reprobe", now_ms, previous=previous)
 
 
 def _stale(count: int, admitted: float | None, cut: float | None) -> bool:
@@ -208,27 +235,57 @@ def _decision(
     started (``state`` itself unless the caller already updated its memory)."""
     before = state if previous is None else previous
     cut_ms = state.cut_ms
+    raised_from = before.rate if rate > before.rate else None
     if rate < before.rate:
         # The gate's GCRA already reserved the next slot at the old spacing: the first
         # call admitted after the cut still goes out there.
         cut_ms = now_ms + 1000.0 / before.rate
     return RateDecision(
-        replace(state, rate=rate, ceiling=ceiling, updated_ms=now_ms, cut_ms=cut_ms),
+        replace(
+            state,
+            rate=rate,
+            ceiling=ceiling,
+            updated_ms=now_ms,
+            cut_ms=cut_ms,
+            raised_from=raised_from,
+        ),
         before,
         reason,
     )
 
 
+def _admitted_rate(state: RateState, window: RateWindow) -> float:
+    """The rate the latest refused call was admitted at: the one before the last raise
+    when every 429 (and 503) came to a call admitted before it (``updated_ms`` is when
+    the last decision raised the rate). A 429 is news about that rate, not the new one:
+    the slow start grows a whole factor a tick, and a 429 to a call admitted before a
+    raise put the ceiling and the probes' bound a factor too high."""
+    raised_at, before = state.updated_ms, state.raised_from
+    if raised_at is None or before is None:
+        return state.rate
+    stamps = [
+        stamp
+        for count, stamp in (
+            (window.throttled, window.throttled_admitted_ms),
+            (window.unavailable, window.unavailable_admitted_ms),
+        )
+        if count
+    ]
+    if stamps and all(stamp is not None and stamp < raised_at for stamp in stamps):
+        return min(state.rate, before)
+    return state.rate
+
+
 def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float) -> RateDecision:
     """Multiplicative decrease from the rate the rejection happened at."""
-    base = state.rate
+    base = _admitted_rate(state, window)
     if window.sent_rate is not None and window.sent_rate > 0 and not window.saturated:
         base = min(base, window.sent_rate)
     reason: RateReason = "throttled" if window.throttled else "unavailable"
     advertised = window.hint.safe_rate if window.hint is not None else None
     probing = state.probe_from is not None and state.probe_from < base
     before = state
-    if window.throttled and policy.suspension_prone and probing:
+    if window.throttled == 1 and policy.suspension_prone and probing:
         state = failed_probe(state, policy, base)
         new = state.ceiling if state.ceiling is not None else base * policy.decrease_factor
         if advertised is not None:
@@ -255,7 +312,10 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
         decided = _decision(state, state.rate, ceiling, reason, now_ms, previous=before)
         return replace(decided, state=replace(decided.state, last_rejection_ms=now_ms))
     factor = policy.decrease_factor
-    again = not echo and consecutive(state, policy, now_ms)
+    # Three 429s in one window are a fall by more than a cut as surely as a second
+    # 429 a tick later: at 25 → 8/s the tick after a ×0.9 cut drew the fifth 429.
+    storm = window.throttled >= 3 and window.successes >= 1
+    again = not echo and (consecutive(state, policy, now_ms) or storm)
     if again:
         factor *= policy.decrease_factor  # the last cut did not reach under the capacity
     new = min(state.rate, base * factor)
@@ -270,14 +330,23 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
         # burst ran out, and just under it is enough; a second 429 in a row cut deep.
         new = ceiling
         ceiling_set = now_ms
+        top = base if state.ceiling is None else max(base, state.ceiling)
+        fell = state.last_rejection_ms is not None and ceiling * policy.reprobe_factor < top
         state = replace(
             state,
+            # A fall by more than a probe (not the slow start's overshoot): the capacity
+            # moved down, and may come back; see _probe.converged.
+            fell_ms=now_ms if fell else state.fell_ms,
             bad_rate=base,
             bad_ceiling=ceiling,
             probe_from=None,
             # A second cut of the same fall does not double the wait again (4 s to
             # 8 s to 16 s before the first probe, at a third of the capacity).
-            quiet_s=current_quiet_s(state, policy) if again else fallen_quiet_s(state, policy),
+            quiet_s=(
+                current_quiet_s(state, policy)
+                if again or state.last_rejection_ms is None
+                else fallen_quiet_s(state, policy)
+            ),
             advertised_rate=advertised,
         )
     if advertised is not None:

@@ -105,8 +105,9 @@ class RateState:
         last_rejection_ms: when the last 429 or 503 was seen, ms on the fleet clock.
         last_reprobe_ms: when the ceiling was last raised.
         updated_ms: when the last decision was made.
-        good_rate: the rate of the last window that went through cleanly (saturated,
-            no rejection) since the last rejection.
+        good_rate: the rate the last window that went through cleanly (saturated, no
+            rejection) since the last rejection proved: the rate before a raise made
+            in the tick that window covers (see ``raised_from``).
         bad_rate: the lowest rate a 429 appeared at since the capacity last moved up:
             probes stay below it until they are within the smallest step.
         probe_from: while a probe runs, the ceiling before it (restored on a 429).
@@ -119,6 +120,12 @@ class RateState:
         bad_ceiling: the ceiling the 429 at ``bad_rate`` left: probes that worked their
             way a whole ``reprobe_factor`` above it show the capacity moved up since,
             and ``bad_rate`` no longer bounds them.
+        raised_from: the rate before the last decision raised it (``None`` when the
+            last decision did not raise it). The window after a raise holds the
+            answers of calls admitted before it (slots handed out ahead, answers a tick
+            late): it went through cleanly at this rate, not at the new one.
+        fell_ms: when a 429 last cut the ceiling by more than a probe's factor (the
+            capacity fell, as for a maintenance window, and may come back).
     """
 
     rate: float
@@ -135,6 +142,8 @@ class RateState:
     restored_ms: float | None = None
     cut_ms: float | None = None
     bad_ceiling: float | None = None
+    raised_from: float | None = None
+    fell_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
@@ -161,6 +170,8 @@ class RateState:
             "restored_ms": self.restored_ms,
             "cut_ms": self.cut_ms,
             "bad_ceiling": self.bad_ceiling,
+            "raised_from": self.raised_from,
+            "fell_ms": self.fell_ms,
         }
 
     @classmethod
@@ -182,6 +193,8 @@ class RateState:
                 restored_ms=_opt_float(data.get("restored_ms")),
                 cut_ms=_opt_float(data.get("cut_ms")),
                 bad_ceiling=_opt_float(data.get("bad_ceiling")),
+                raised_from=_opt_float(data.get("raised_from")),
+                fell_ms=_opt_float(data.get("fell_ms")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"unreadable rate state {data!r}: {exc}") from exc
