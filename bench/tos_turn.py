@@ -11,11 +11,13 @@ lifecycle step and gate backend call of a TOS task time-stamped. The run then re
   release script, round-trip midpoints) next to the number of calls in service — a
   lease held with no call in service is the hand-over's cost, a lease free while units
   wait is the waiter's wake-up, both free with an empty queue is supply;
-- supply: the TOS queue's depth over the drain (``on_sample``), the front door's post time;
+- supply: the TOS queue's depth over the drain (``on_sample``), the front door's post time
+  (the scenario samples only once the posting is over: a TOS drain that ends before the
+  posting does has no depth samples — the intake was supplying it to the end);
 - per task, the median of each step (ms) and of the lease held with no request in it.
 
 Run: ``python bench/tos_turn.py [--direct] [--tos-workers N] [--interchanges 2000]
-[--out bench/results/tos_turn.json]``.
+[--out bench/results/tos_turn.json]``; ``--analyse DIR`` re-reads a run's probe folder.
 """
 
 from __future__ import annotations
@@ -65,11 +67,15 @@ def _capture_sims(store: dict[str, Any]) -> None:
     vessel.simulated_downstreams = wrapped  # type: ignore[assignment]
 
 
-def _pct(values: list[float], q: float) -> float:
+def _pct(values: list[float], q: float) -> float | None:
     if not values:
-        return float("nan")
+        return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def _clip_busy(intervals: list[tuple[float, float]], lo: float, hi: float, lanes: int) -> float:
@@ -128,6 +134,52 @@ def _call_split(
     return {"post_to_service_ms": before, "service_to_answer_ms": after}
 
 
+def _hold_segments(turns: list[dict[str, Any]], service_s: float) -> dict[str, dict[str, Any]]:
+    """The lease's hold of each task cut at its instants (ms; mean, p50, p90): the
+    admission decision (mid round trip) → its reply → the Acquire step's end (the
+    renewer's start inside it) → the ledger's ``sending`` → the HTTP post (less the
+    service time) → the release script (mid round trip)."""
+    segs: dict[str, list[float]] = {}
+
+    def add(name: str, seconds: float) -> None:
+        segs.setdefault(name, []).append(seconds * 1000)
+
+    for turn in turns:
+        marks = turn["marks"]
+        got = {name: next((m for m in marks if m[0] == name), None) for name in _HOLD_MARKS}
+        decides = [m for m in marks if m[0] == "b.acquire"]
+        acquire, sending, post, release = (
+            got["Acquire"],
+            got["MarkSending"],
+            got["http.post"],
+            got["b.release"],
+        )
+        if not (decides and acquire and sending and post and release):
+            continue
+        admitted = _mid(decides[-1])
+        add("admitted_to_reply", decides[-1][2] - admitted)
+        add("reply_to_acquire_end", acquire[2] - decides[-1][2])
+        if got["renewer_start"]:
+            add("of_which_renewer_start", got["renewer_start"][2] - got["renewer_start"][1])
+        add("acquire_end_to_sending", sending[1] - acquire[2])
+        add("sending", sending[2] - sending[1])
+        add("sending_to_post", post[1] - sending[2])
+        add("post_less_service", post[2] - post[1] - service_s)
+        add("post_to_release_mid", _mid(release) - post[2])
+        add("total", _mid(release) - admitted - service_s)
+    return {
+        name: {
+            "mean": round(statistics.fmean(v), 2),
+            "p50": _round(_pct(v, 0.5)),
+            "p90": _round(_pct(v, 0.9)),
+        }
+        for name, v in segs.items()
+    }
+
+
+_HOLD_MARKS = ("Acquire", "MarkSending", "http.post", "b.release", "renewer_start")
+
+
 def _analyse_turns(turns: list[dict[str, Any]], service_s: float) -> dict[str, Any]:
     steps: dict[str, list[float]] = {}
     held: list[tuple[float, float]] = []
@@ -157,17 +209,18 @@ def _analyse_turns(turns: list[dict[str, Any]], service_s: float) -> dict[str, A
     return {
         "tasks": len(turns),
         "step_ms_p50": {k: round(statistics.median(v), 2) for k, v in sorted(steps.items())},
-        "step_ms_p90": {k: round(_pct(v, 0.9), 2) for k, v in sorted(steps.items())},
+        "step_ms_p90": {k: _round(_pct(v, 0.9)) for k, v in sorted(steps.items())},
         "lease_held_minus_service_ms": {
-            "p50": round(_pct(held_idle, 0.5), 2),
-            "p90": round(_pct(held_idle, 0.9), 2),
+            "p50": _round(_pct(held_idle, 0.5)),
+            "p90": _round(_pct(held_idle, 0.9)),
             "mean": round(statistics.fmean(held_idle), 2) if held_idle else None,
         },
-        "prerun_to_acquire_ms_p50": round(_pct(pre_acquire, 0.5), 2),
+        "prerun_to_acquire_ms_p50": _round(_pct(pre_acquire, 0.5)),
         "postrun_to_next_prerun_ms": {
-            "p50": round(_pct(between, 0.5), 2),
-            "p90": round(_pct(between, 0.9), 2),
+            "p50": _round(_pct(between, 0.5)),
+            "p90": _round(_pct(between, 0.9)),
         },
+        "hold_segments_ms": _hold_segments(turns, service_s),
         "_held": held,
     }
 
@@ -192,11 +245,17 @@ def main() -> None:
     parser.add_argument("--tos-workers", type=int, default=None)
     parser.add_argument("--direct", action="store_true", help="publish from Python, no front door")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--analyse", type=Path, help="only print the hold's segments of a kept probe folder"
+    )
     args = parser.parse_args()
+    if args.analyse is not None:
+        print(json.dumps(_hold_segments(_turns(args.analyse), args.service_s), indent=1))
+        return
 
     # As ``tidegate demo`` runs: this process hosts the sims and the intake.
     configure_logging(level="WARNING", stream=sys.stderr)
-    turn_dir = Path(tempfile.mkdtemp(prefix="tos-turn-"))
+    turn_dir = Path(tempfile.mkdtemp(prefix="tos-turn-"))  # kept, for --analyse
     os.environ["TOS_TURN_DIR"] = str(turn_dir)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH", "")) if p
@@ -256,8 +315,8 @@ def main() -> None:
             "busy_whole": round(_clip_busy(service, first, last, lanes), 4),
             "busy_middle_80": round(_clip_busy(service, mid_lo, mid_hi, lanes), 4),
             "lane_gap_ms": {
-                "p50": round(_pct(gaps, 0.5) * 1000, 2),
-                "p90": round(_pct(gaps, 0.9) * 1000, 2),
+                "p50": _round(_pct([g * 1000 for g in gaps], 0.5)),
+                "p90": _round(_pct([g * 1000 for g in gaps], 0.9)),
                 "mean": round(statistics.fmean(gaps) * 1000, 2),
             },
         },
@@ -275,8 +334,8 @@ def main() -> None:
             "tos_queue_depth_max": max(in_drain, default=0),
         },
         "turn": turns,
-        "call_split_ms_p50": {k: round(_pct(v, 0.5), 2) for k, v in split.items()},
-        "call_split_ms_p90": {k: round(_pct(v, 0.9), 2) for k, v in split.items()},
+        "call_split_ms_p50": {k: _round(_pct(v, 0.5)) for k, v in split.items()},
+        "call_split_ms_p90": {k: _round(_pct(v, 0.9)) for k, v in split.items()},
         "sim_connections_accepted": sims["connections"],
         "supply_tos_per_s": _supply(samples_tos),
     }
