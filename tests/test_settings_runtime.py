@@ -12,6 +12,7 @@ import pytest
 import redis
 from celery import Celery
 
+from tidegate import runtime as runtime_module
 from tidegate.errors import ConfigurationError
 from tidegate.integrations.celery.runtime import runtime as celery_runtime
 from tidegate.integrations.rq._runtime import downstream_client, runtime_for
@@ -161,3 +162,27 @@ def test_rq_downstream_client_outside_a_job_without_a_redis_says_so(
     monkeypatch.delenv("TIDEGATE_REDIS_URL", raising=False)
     with pytest.raises(ConfigurationError, match="TIDEGATE_REDIS_URL"):
         downstream_client("customs")
+
+
+def test_stores_build_the_downstream_client_before_the_unit_takes_a_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client used to be built on the first call, inside the gate's slot: its setup
+    was spent holding a lease with nothing in service (about a second per process at a
+    fleet's start, bench/tos_turn.py). The lifecycle's stores are asked for first."""
+    built: list[str] = []
+
+    def client(name: str, url: str, **_: object) -> object:
+        built.append(name)
+        return object()
+
+    monkeypatch.setattr(runtime_module, "DownstreamClient", client)
+    settings = Settings.load({"TIDEGATE_TOS_URL": "http://tos.example"})
+    rt = Runtime(redis.Redis(), settings)
+
+    rt.stores("tos")
+    assert built == ["tos"]
+    rt.downstream("tos")
+    assert built == ["tos"]  # the same client, not a second one
+    rt.stores("db")  # no URL configured: nothing to build, and no error
+    assert built == ["tos"]

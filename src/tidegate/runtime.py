@@ -78,7 +78,16 @@ class Runtime:
 
         ``outstanding=False`` for an engine that recovers a dead worker's job itself
         (RQ) and so needs no orphan registry.
+
+        Every engine asks for these before the unit's lifecycle, so the downstream's
+        client is built here too when its URL is configured: built lazily inside the
+        call, its setup (an httpx client and its TLS context, about a second per
+        process while a fleet starts on two busy cores) was paid with a concurrency
+        lease held and no request in service — the first call of every process idled
+        a TOS connection for that long.
         """
+        if self.settings_of(name).url:
+            self.downstream(name)
         return Stores(
             self.gate(name),
             self.ledger,

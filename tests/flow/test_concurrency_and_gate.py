@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -228,3 +229,16 @@ def test_malformed_environment_default_is_a_configuration_error(
 
     with pytest.raises(ConfigurationError, match="TIDEGATE_CUSTOMS_RATE"):
         Gate("memory://", "customs")
+
+
+def test_held_slots_share_one_renewer_thread(make: Callable[..., Any]) -> None:
+    """Each slot used to start a renewer thread of its own, inside the slot: on a busy
+    host ``Thread.start`` cost milliseconds of every call with the lease held and no
+    request in service. Three slots held at once are renewed by one thread."""
+    sem = make(ConcurrencyLimiter, "tos", limit=3, lease_s=30)
+
+    with sem.slot(max_wait=0), sem.slot(max_wait=0), sem.slot(max_wait=0):
+        renewers = [t for t in threading.enumerate() if t.name.startswith("tidegate-renew")]
+
+    assert len(renewers) == 1
+    assert renewers[0].daemon

@@ -25,6 +25,14 @@ Two edges make the ledger's word insufficient, both handled here:
   may have reached it and got no answer parks the unit until ``max_request_s`` after
   the call started, and a unit that finds ``sending`` younger than that parks for the
   rest of it: the lookup is asked only once the earlier request can have finished.
+
+``sending`` is written after the gate admits, with the lease held, though it keeps a
+connection idle for one Redis round trip: its send time starts that commit wait, and
+written before the admission it would start it up to ``max_wait_s`` early — a lookup
+asked while the request still runs answers "not received", and the unit is sent twice.
+What the lease's hold should not contain is built before it (the downstream client,
+:meth:`tidegate.runtime.Runtime.stores`) or done without a wait (the renewer,
+:mod:`tidegate.flow.permit`).
 """
 
 from __future__ import annotations

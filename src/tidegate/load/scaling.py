@@ -35,9 +35,11 @@ class ScalingPolicy:
     Args:
         backlog_per_worker: messages one worker process is expected to absorb
             (KEDA ``listLength``): backlog-based workers = ``ceil(depth / this)``.
-        service_s: typical duration of one downstream call, seconds; quota-based
-            workers = ``ceil(rate × (service_s + overhead_s))``, or under a cap
-            ``ceil(cap × (service_s + overhead_s) / service_s) + 1``.
+        service_s: typical duration of one downstream call, seconds — under a cap,
+            the lease's whole hold (the call and what the worker does between its
+            admission and its release); quota-based workers = ``ceil(rate ×
+            (service_s + overhead_s))``, or under a cap ``ceil(cap × (service_s +
+            overhead_s) / service_s) + 1``.
         overhead_s: what a task costs a worker outside the downstream call (ledger
             writes, ack, fetching the next message), seconds; 0 by default.
         min_workers / max_workers: the range ``desired_workers`` is clamped to.

@@ -17,6 +17,14 @@ connection already given back. So one worker keeps a connection busy only
 The pool needs the smaller of the two when both limits apply. The overhead is measured,
 not guessed: :func:`overhead_from_busy_share` reads it back from a run whose pool had no
 more processes than connections (each connection then follows one worker's cycle).
+
+What no pool size buys back is the part of a cycle spent *with the lease held and no
+request in service* — the admission's reply, the ledger's ``sending`` write, the HTTP
+exchange's own overhead, the release: call it ``h``. The lease is held ``s + h``, so a
+connection is busy at most ``s / (s + h)`` of the drain however many workers wait, and
+the rule above is right only with ``s`` read as the lease's hold. A busy share from a
+run with one worker per connection mixes ``o`` and ``h``; ``bench/tos_turn.py`` tells
+them apart (BENCHMARKS.md, "The TOS's connections busy").
 """
 
 from __future__ import annotations
