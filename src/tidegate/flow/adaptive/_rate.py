@@ -34,6 +34,10 @@ Guarantees, for any sequence of windows (property-tested):
   Reports without admission times fall back on the clock: 429s within ``settle_s``
   of a new ceiling only cut the rate;
 * under a storm of 429s the rate never rises, and falls to the floor.
+
+Why one module of ~400 lines: :func:`decide_rate` and its cases (the cut, the probe
+or hold, the echoes, the clamps) are one decision over one state, and each case reads
+what the others wrote into it; the probe's own maths already live apart.
 """
 
 from __future__ import annotations
