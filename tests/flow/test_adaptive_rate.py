@@ -918,6 +918,16 @@ def test_the_adaptive_surface_is_sorted_and_complete() -> None:
 # -- the echo: 429s of calls admitted before a cut, counted after it -----------------------
 
 
+#: The delays of real processes, as the model takes them: gate slots handed out 0.4 s
+#: ahead, answers up to 0.3 s late, 50 ms of arrival jitter, and the bench sim's burst of 2.
+REAL_PROCESS_DELAYS: dict[str, Any] = {
+    "burst": 2,
+    "jitter_s": 0.05,
+    "admit_lead_s": 0.4,
+    "report_s": 0.3,
+}
+
+
 @pytest.mark.parametrize("seed", [0, 1, 6, 7])
 def test_scenario_echoes_of_a_cut_do_not_cut_again(seed: int) -> None:
     """Real processes: the gate hands slots out 0.4 s ahead (four workers waiting at
@@ -932,10 +942,7 @@ def test_scenario_echoes_of_a_cut_do_not_cut_again(seed: int) -> None:
         seconds=420,
         capacity=10.0,
         schedule=MAINTENANCE,
-        burst=2,
-        jitter_s=0.05,
-        admit_lead_s=0.4,
-        report_s=0.3,
+        **REAL_PROCESS_DELAYS,
         seed=seed,
     )
 
@@ -973,10 +980,7 @@ def test_scenario_the_start_uses_the_capacity_on_real_processes(seed: int) -> No
         seconds=150,
         capacity=10.0,
         schedule=BENCH_DIP,
-        burst=2,
-        jitter_s=0.05,
-        admit_lead_s=0.4,
-        report_s=0.3,
+        **REAL_PROCESS_DELAYS,
         seed=seed,
     )
 
@@ -1004,10 +1008,7 @@ def test_scenario_a_fall_at_any_moment_on_real_processes() -> None:
                 seconds=int(at) + 60,
                 capacity=10.0,
                 schedule=[(at, 4.0), (at + 20.0, 10.0)],
-                burst=2,
-                jitter_s=0.05,
-                admit_lead_s=0.4,
-                report_s=0.3,
+                **REAL_PROCESS_DELAYS,
                 seed=seed,
             )
             suspended += run_.suspensions > 0
@@ -1031,10 +1032,7 @@ def test_scenario_without_admission_times_the_echo_is_still_counted() -> None:
                 seconds=240,
                 capacity=10.0,
                 schedule=MAINTENANCE,
-                burst=2,
-                jitter_s=0.05,
-                admit_lead_s=0.4,
-                report_s=0.3,
+                **REAL_PROCESS_DELAYS,
                 seed=seed,
                 stamped=stamped,
             )
@@ -1308,10 +1306,7 @@ def test_scenario_the_bench_schedule_over_seeds_on_real_processes() -> None:
             seconds=150,
             capacity=10.0,
             schedule=BENCH_DIP,
-            burst=2,
-            jitter_s=0.05,
-            admit_lead_s=0.4,
-            report_s=0.3,
+            **REAL_PROCESS_DELAYS,
             seed=seed,
         )
         shares.append(run_.throttled_share())
@@ -1339,10 +1334,7 @@ def test_scenario_a_steady_capacity_costs_few_failed_probes(
             PRONE,
             seconds=300,
             capacity=capacity,
-            burst=2,
-            jitter_s=0.05,
-            admit_lead_s=0.4,
-            report_s=0.3,
+            **REAL_PROCESS_DELAYS,
             seed=seed,
         )
 
