@@ -10,7 +10,9 @@ and log whole is dead-lettered instead, see :mod:`tidegate.integrations.celery.d
 a Redis broker whose refused writes (OOM, READONLY) wait instead of killing the worker
 (:mod:`tidegate.integrations.celery.broker`), publish tracking for the app's gated tasks,
 a purge of finished tasks' time-limit timers in each worker's event loop (they would
-otherwise hold every task of the last soft-limit window), and a :class:`ParkingMover`
+otherwise hold every task of the last soft-limit window), the start-up heap frozen out
+of the garbage collector once the worker is ready (Celery collects before every fork of
+a pool child, see :mod:`tidegate.integrations.celery.heap`), and a :class:`ParkingMover`
 in each worker's main process that also runs the orphan sweep (a Redis broker can lose
 a message when a worker main process dies between ``BRPOP`` and its ``unacked`` write;
 see :mod:`tidegate.integrations.celery.sweep`).
@@ -26,6 +28,7 @@ from tidegate.integrations.celery.amqp_worker import install_amqp_hooks
 from tidegate.integrations.celery.broker import install_write_tolerant_broker
 from tidegate.integrations.celery.discards import DiscardGuard, install_discard_guard
 from tidegate.integrations.celery.gated import ATTEMPT_HEADER, GatedTask
+from tidegate.integrations.celery.heap import freeze_startup_heap
 from tidegate.integrations.celery.mover import ParkingMover
 from tidegate.integrations.celery.preset import (
     DEFAULT_QUEUES,
@@ -72,6 +75,9 @@ def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True
         # The main process must not hold finished tasks' time-limit timers (issue: worker
         # memory growing with the burst); see tidegate.integrations.celery.timers.
         install_timer_purge(sender)
+        # Celery collects the whole heap before every fork of a pool child: keep the
+        # start-up heap out of it (tidegate.integrations.celery.heap).
+        freeze_startup_heap()
         if mover and id(app) not in _MOVERS:
             rt = runtime(app)
             sweep = OrphanSweep.for_app(

@@ -23,8 +23,9 @@ so that any other refused write in the consumer reconnects instead of exiting.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,9 +271,36 @@ class WriteTolerantQoS(kombu_redis.QoS):
 
 
 class Channel(kombu_redis.Channel):
-    """kombu's Redis channel with :class:`WriteTolerantQoS`, and :func:`on_put` hooks."""
+    """kombu's Redis channel with :class:`WriteTolerantQoS`, :func:`on_put` hooks, and
+    one reused client for its one-off commands.
+
+    kombu builds a new ``redis.Redis`` for every command it sends outside the ``BRPOP``
+    connection (``conn_or_acquire()``): the unacked record after each delivery, each ack,
+    each publish. Building one copies redis-py's table of about 200 response callbacks,
+    and in a worker's main process, which does two of these per task, that was a tenth of
+    its CPU (py-spy, bulk pool main process at 100,000 B/Ls) — the process that hands every
+    task to the pool and caps the parse step's rate (issue #18). The client is only a
+    front for the channel's connection pool, so one per pool does the same work.
+    """
 
     QoS = WriteTolerantQoS
+
+    # kombu's own helper, missing from its stubs.
+    _create_client: Callable[..., Any]
+
+    _shared_client: Any = None
+    _shared_client_pool: Any = None
+
+    @contextlib.contextmanager
+    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
+        if client:
+            yield client
+            return
+        pool = self.pool
+        if self._shared_client is None or self._shared_client_pool is not pool:
+            # A reconnect gives the channel a new pool; the client follows it.
+            self._shared_client, self._shared_client_pool = self._create_client(), pool
+        yield self._shared_client
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         batch = kwargs.get("_publish_batch")
