@@ -329,3 +329,34 @@ def test_a_discard_that_cannot_be_dead_lettered_goes_back_to_the_queue(small: Sm
     ]
     assert len(DeadLetterQueue(small.client, prefix="discardoom")) == 0
     runtime(app).client.close()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one_by_one", "batch"])
+def test_a_publish_to_a_full_broker_is_unavailable_for_writes(small: Small, batched: bool) -> None:
+    """The intake publishes through these senders; kombu wraps the OOM reply in its own
+    OperationalError, which escaped the intake as a 500 and a traceback (the demo's
+    too-small-Redis run printed one under CPU load). It must be the admission's
+    BackendUnwritable, so the intake answers 503 with Retry-After, and nothing is
+    queued."""
+    from tidegate.intake.batching import BatchingCelerySender
+    from tidegate.integrations.celery.sender import CelerySender
+
+    app = Celery("tidegate-full-broker", broker=small.url)
+
+    def publish() -> None:
+        if batched:
+            sender = BatchingCelerySender(app)
+            with sender.batch():
+                sender.send("edi.tos", "vessel.tos", {"key": "k"})
+        else:
+            CelerySender(app).send("edi.tos", "vessel.tos", {"key": "k"})
+
+    try:
+        small.fill()
+        with pytest.raises(BackendUnwritable) as caught:
+            publish()
+    finally:
+        app.close()
+
+    assert caught.value.cause == "oom"
+    assert small.client.llen("edi.tos") == 0

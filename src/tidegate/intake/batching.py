@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidegate.errors import BackendUnavailable
-from tidegate.integrations.celery.sender import CelerySender
+from tidegate.integrations.celery.sender import CelerySender, broker_errors
 from tidegate.load.admission import Inbound
 from tidegate.logging import get_logger
 
@@ -82,18 +82,24 @@ class BatchingCelerySender(CelerySender):
         if producer is None:
             super().send(queue, task, payload)
             return
-        self._celery.send_task(
-            task, args=[dict(payload)], queue=queue, ignore_result=True, producer=producer
-        )
+        with broker_errors("publish"):
+            self._celery.send_task(
+                task, args=[dict(payload)], queue=queue, ignore_result=True, producer=producer
+            )
 
     @contextlib.contextmanager
     def batch(self, max_units: int = DEFAULT_MAX_BATCH_UNITS) -> Iterator[None]:
         """Group this thread's sends; flushed on a clean exit, discarded on an error.
 
         Raises:
-            Exception: what the flush raised (the broker did not take the batch).
+            BackendUnavailable: the broker did not take the batch (a full Redis:
+                :class:`~tidegate.errors.BackendUnwritable`).
         """
-        with self._celery.producer_or_acquire() as producer, producer.batch(max_size=max_units):
+        with (
+            broker_errors("publish batch"),
+            self._celery.producer_or_acquire() as producer,
+            producer.batch(max_size=max_units),
+        ):
             self._local.producer = producer
             try:
                 yield

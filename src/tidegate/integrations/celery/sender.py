@@ -1,11 +1,49 @@
-"""The Celery side of admission: how an admitted document is put on the broker."""
+"""The Celery side of admission: how an admitted document is put on the broker.
+
+A publish that the broker refuses comes back from kombu as its own ``OperationalError``
+around redis-py's (a full Redis: ``OOM command not allowed``) or a socket error. The
+admission promises a :class:`~tidegate.errors.BackendUnavailable` for it ("nothing was
+sent"), so that the intake answers 503 with ``Retry-After`` and a producer waits: left
+as kombu's, it escaped the intake as a 500 and a traceback.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
-__all__ = ["CelerySender"]
+import kombu.exceptions
+import redis
+
+from tidegate._redis import unwritable_cause
+from tidegate.errors import BackendError, BackendUnavailable, BackendUnwritable
+
+__all__ = ["CelerySender", "broker_errors"]
+
+
+def _broker_error(exc: BaseException, operation: str) -> BackendError:
+    """A refused write anywhere in ``exc``'s chain (kombu wraps redis-py's errors) is
+    :class:`BackendUnwritable`; anything else the broker raised, unavailable. The
+    message names the error's type only: kombu's text can carry the broker's URL."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        cause = unwritable_cause(current)
+        if cause is not None:
+            return BackendUnwritable(cause, operation)
+        current = current.__cause__ or current.__context__
+    return BackendUnavailable(f"broker unavailable during {operation} ({type(exc).__name__})")
+
+
+@contextlib.contextmanager
+def broker_errors(operation: str) -> Iterator[None]:
+    """Raise the broker's errors in the block as tidegate's (see the module docstring)."""
+    try:
+        yield
+    except (kombu.exceptions.KombuError, redis.exceptions.RedisError, OSError) as exc:
+        raise _broker_error(exc, operation) from exc
 
 
 class _CeleryApp(Protocol):
@@ -24,4 +62,5 @@ class CelerySender:
     def send(self, queue: str, task: str, payload: Mapping[str, Any]) -> None:
         # The intake never reads a unit's result: a Redis result backend would otherwise
         # subscribe this process to one channel per document, for good.
-        self.app.send_task(task, args=[dict(payload)], queue=queue, ignore_result=True)
+        with broker_errors("publish"):
+            self.app.send_task(task, args=[dict(payload)], queue=queue, ignore_result=True)
