@@ -141,6 +141,22 @@ def unwritable_cause(exc: BaseException) -> str | None:
     return None
 
 
+def refused_write_in_chain(exc: BaseException) -> str | None:
+    """:func:`unwritable_cause` of the first refused write anywhere in ``exc``'s chain
+    (kombu and Celery wrap redis-py's errors in their own), or ``None``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, BackendUnwritable):
+            return current.cause
+        cause = unwritable_cause(current)
+        if cause is not None:
+            return cause
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def translate_redis_error(exc: BaseException, operation: str) -> BackendError:
     """The tidegate error for a redis-py (or socket) error; raise it ``from exc``."""
     cause = unwritable_cause(exc)

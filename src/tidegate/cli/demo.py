@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from tidegate._redis import client_from_url, unwritable_cause
+from tidegate._redis import client_from_url, refused_write_in_chain, unwritable_cause
 from tidegate.cli._common import TidegateCLIError
 from tidegate.cli._demo_runs import (
     bulk_scenario,
@@ -25,7 +25,7 @@ from tidegate.cli._demo_runs import (
     vessel_scenario,
 )
 from tidegate.cli._output import console as make_console
-from tidegate.errors import BackendUnwritable, BrokerUnreachable
+from tidegate.errors import BrokerUnreachable
 from tidegate.keys import Keyspace
 
 __all__ = ["ACCEPTS", "CHAOS_KINDS", "check_flags", "demo"]
@@ -376,16 +376,5 @@ def _redis_refuses_writes() -> str | None:
 
 
 def _refused_write(exc: BaseException) -> str | None:
-    """The cause of a refused write anywhere in ``exc``'s chain (kombu and Celery wrap
-    redis-py's errors in their own), or ``None``."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, BackendUnwritable):
-            return current.cause
-        cause = unwritable_cause(current)
-        if cause is not None:
-            return cause
-        current = current.__cause__ or current.__context__
-    return None
+    """The cause of a refused write anywhere in ``exc``'s chain, or ``None``."""
+    return refused_write_in_chain(exc)

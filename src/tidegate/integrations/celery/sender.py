@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import kombu.exceptions
 import redis
 
-from tidegate._redis import unwritable_cause
+from tidegate._redis import refused_write_in_chain
 from tidegate.errors import BackendError, BackendUnavailable, BackendUnwritable
 
 __all__ = ["CelerySender", "broker_errors"]
@@ -26,14 +26,9 @@ def _broker_error(exc: BaseException, operation: str) -> BackendError:
     """A refused write anywhere in ``exc``'s chain (kombu wraps redis-py's errors) is
     :class:`BackendUnwritable`; anything else the broker raised, unavailable. The
     message names the error's type only: kombu's text can carry the broker's URL."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        cause = unwritable_cause(current)
-        if cause is not None:
-            return BackendUnwritable(cause, operation)
-        current = current.__cause__ or current.__context__
+    cause = refused_write_in_chain(exc)
+    if cause is not None:
+        return BackendUnwritable(cause, operation)
     return BackendUnavailable(f"broker unavailable during {operation} ({type(exc).__name__})")
 
 
