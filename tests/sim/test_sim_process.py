@@ -17,6 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 import tidegate
+from tidegate.errors import ConfigurationError
+from tidegate.sim import SimProcess, SimProcessError
 from tidegate.sim._cli import main
 
 
@@ -122,3 +124,39 @@ def test_bad_options_exit_with_a_usage_error(args: list[str]) -> None:
     """Invalid options are refused before anything is bound."""
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2
+
+
+def test_sim_process_reads_a_sim_in_another_process() -> None:
+    """:class:`SimProcess`: the sim is a separate process, its stats and accepted keys
+    (duplicates included, in accept order) are read over HTTP, and it is gone after."""
+    with SimProcess("tos", "--max-connections", "2", "--service-s", "0") as tos:
+        assert tos.pid != os.getpid()
+        with httpx.Client(timeout=10.0) as client:
+            for key in ("b", "a", "b"):
+                response = client.post(
+                    tos.endpoint, json={"n": 1}, headers={"Idempotency-Key": key}
+                )
+                assert response.status_code == 200
+        assert tos.accepted_keys() == ["b", "a", "b"]
+        stats = tos.stats()
+        assert (stats["accepted"], stats["distinct_keys"], stats["duplicates"]) == (3, 2, 1)
+        assert len(stats["service_timeline"]) == 3
+        assert "accept_timeline" not in tos.stats(timeline=False)
+        pid = tos.pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with pytest.raises(SimProcessError, match="not running"):
+        tos.stats()
+
+
+def test_sim_process_refused_arguments_are_a_configuration_error() -> None:
+    """A usage error in the child is the parent's typed error, with the child's words."""
+    with pytest.raises(ConfigurationError, match="max-connections"):
+        SimProcess("tos", "--max-connections", "0").start()
+
+
+def test_sim_process_that_dies_before_announcing_is_a_typed_error() -> None:
+    """A kind the sim does not know exits non-zero: :class:`SimProcessError`... or a
+    usage error, both typed; never a hang or a bare JSON error."""
+    with pytest.raises((SimProcessError, ConfigurationError)):
+        SimProcess("no-such-sim").start()

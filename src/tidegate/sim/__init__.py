@@ -17,7 +17,8 @@ background thread::
         sim.stats()["accepted"]
 
 or as its own process: ``python -m tidegate.sim customs --port 0 --rate 5 --burst 2``
-prints ``{"url": ...}`` as its first stdout line.
+prints ``{"url": ...}`` as its first stdout line, and :class:`SimProcess` starts one
+and reads it from the parent.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from tidegate.sim._customs import (
     TokenBucket,
 )
 from tidegate.sim._database import DatabaseSim
+from tidegate.sim._process import SimProcess, SimProcessError
 from tidegate.sim._stats import bucket_counts, busy_share, max_in_window
 from tidegate.sim._tos import TosSim
 
@@ -63,6 +65,8 @@ __all__ = [
     "OutageMode",
     "QuotaHeaders",
     "RetryAfterFormat",
+    "SimProcess",
+    "SimProcessError",
     "SimServer",
     "TokenBucket",
     "TosSim",

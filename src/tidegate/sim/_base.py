@@ -10,6 +10,7 @@ on 127.0.0.1. It serves one *write path* (``POST`` with a JSON body and an
                      accepted, 404 when not (503 during an outage)
     GET    /stats    the counters (see :meth:`SimServer.stats`); ?timeline=0 to omit
                      the accept timeline
+    GET    /accepted every accepted ``Idempotency-Key`` in accept order, ``{"keys": [...]}``
     POST   /reset    clear counters, admission state, faults and 503 outages
     POST   /outage   {"seconds": 60, "mode": "503" | "refuse", "retry_after": false}
     DELETE /outage   end an outage now

@@ -40,7 +40,7 @@ __all__ = [
 log = get_logger("tidegate.sim")
 
 #: Paths served by every sim besides its write path.
-CONTROL_PATHS: frozenset[str] = frozenset({"/stats", "/reset", "/outage", "/fault"})
+CONTROL_PATHS: frozenset[str] = frozenset({"/stats", "/accepted", "/reset", "/outage", "/fault"})
 #: Bodies above this are refused with 413 without being read.
 MAX_BODY_BYTES = 1 << 20
 
@@ -151,6 +151,8 @@ class SimRequestHandler(BaseHTTPRequestHandler):
         if url.path == "/stats":
             timeline = "timeline=0" not in url.query.split("&")
             self._send(json_reply(200, self.server.sim.stats(timeline=timeline)))
+        elif url.path == "/accepted":
+            self._send(json_reply(200, {"keys": self.server.sim.accepted_keys()}))
         elif url.path.startswith(self.server.sim.path + "/"):
             key = unquote(url.path[len(self.server.sim.path) + 1 :])
             self._send(self.server.sim._handle_lookup(key))
