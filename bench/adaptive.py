@@ -21,7 +21,9 @@ lease, exactly as worker processes on several hosts would.
 
 
 Run: ``python bench/adaptive.py [--only customs,tos] [--headers none|minute]
-[--seconds 150] [--out bench/results/adaptive.json]``.
+[--seconds 150] [--out bench/results/adaptive.json]``; the issue's four variants:
+``--only variants [--units 600] [--workers 4] [--variants tidegate_adaptive]
+[--repeat 3]`` (a subset, each run ``--repeat`` times, for a spread instead of one run).
 """
 
 from __future__ import annotations
@@ -290,9 +292,14 @@ def variants(url: str, args: argparse.Namespace) -> dict[str, Any]:
     from adaptive_variants import DIP_S, VARIANTS, run_variant
 
     watch = CpuWatch()
+    chosen = VARIANTS if args.variants == "all" else tuple(args.variants.split(","))
+    unknown = sorted(set(chosen) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}: choose from {', '.join(VARIANTS)}")
     runs = [
         run_variant(name, url, units=args.units, workers=args.workers, headers=args.headers)
-        for name in VARIANTS
+        for name in chosen
+        for _ in range(args.repeat)
     ]
     interference = watch.stop()
     columns = [
@@ -327,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tos-workers", type=int, default=16)
     parser.add_argument("--out", default="bench/results/adaptive.json")
     parser.add_argument("--units", type=int, default=600, help="variants: the burst")
+    parser.add_argument(
+        "--variants", default="all", help="variants: a comma-separated subset of VARIANTS"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="variants: runs of each")
     args = parser.parse_args(argv)
     sections = set(args.only.split(","))
     result: dict[str, Any] = {"benchmark": "adaptive", "command": [sys.executable, *sys.argv]}

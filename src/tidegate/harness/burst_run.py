@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidegate.harness.reconcile import keys_in_messages
 from tidegate.keys import Keyspace
-from tidegate.sim import CustomsSim, TosSim
+from tidegate.sim import CustomsSim, SimProcess, TosSim
 
 if TYPE_CHECKING:
     from tidegate.harness.celery_fleet import PoolMemory
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tidegate.load.sizing import PoolSize
 
 __all__ = [
+    "TosHandle",
     "burst_report",
     "cleanup_prefix",
     "count_by",
@@ -132,8 +133,32 @@ def sample_until_settled(
         time.sleep(interval_s)
 
 
+#: A TOS the run reads (its stats and accepted keys) but does not disturb.
+TosHandle = TosSim | SimProcess
+
+
 @contextlib.contextmanager
-def simulated_downstreams(config: VesselConfig) -> Iterator[tuple[CustomsSim, TosSim]]:
+def simulated_downstreams(
+    config: VesselConfig, *, tos_process: bool = False
+) -> Iterator[tuple[CustomsSim, TosHandle]]:
+    """The run's customs gateway and TOS on loopback.
+
+    ``tos_process``: serve the TOS from its own process (:class:`SimProcess`), as a
+    real TOS is, so its answers do not queue behind the intake and senders of this
+    process — a run that only reads it (the demo). A chaos run changes the TOS while
+    it runs (slower service, faults) and keeps it in this process.
+    """
+    tos: TosHandle
+    if tos_process:
+        tos = SimProcess(
+            "tos",
+            "--max-connections",
+            str(config.tos_connections),
+            "--service-s",
+            repr(config.tos_service_s),
+        )
+    else:
+        tos = TosSim(max_connections=config.tos_connections, service_s=config.tos_service_s)
     customs = CustomsSim(
         rate=config.customs_rate,
         burst=config.customs_burst,
@@ -142,13 +167,12 @@ def simulated_downstreams(config: VesselConfig) -> Iterator[tuple[CustomsSim, To
         schedule=config.customs_schedule,
         quota_headers=config.customs_quota_headers,
     )
-    tos = TosSim(max_connections=config.tos_connections, service_s=config.tos_service_s)
     with customs, tos:
         yield customs, tos
 
 
 def worker_env(
-    url: str, prefix: str, customs: CustomsSim, tos: TosSim, config: VesselConfig
+    url: str, prefix: str, customs: CustomsSim, tos: TosHandle, config: VesselConfig
 ) -> dict[str, str]:
     return {
         "TIDEGATE_REDIS_URL": url,

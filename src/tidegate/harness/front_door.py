@@ -64,8 +64,10 @@ __all__ = [
 
 log = get_logger("tidegate.ops")
 
-#: Sender threads posting at once.
-DEFAULT_SENDERS = 4
+#: Sender threads posting at once: a berth's burst comes from many shipping lines and
+#: agents. With 4 the intake fed the TOS slower than its connections drain (its busy
+#: share was then the senders', not the gate's); 16 keep a backlog in front of it.
+DEFAULT_SENDERS = 16
 #: Interchanges sent a second time on purpose (each must be refused as a duplicate).
 DEFAULT_RESENDS = 5
 #: The demo intake's ``Retry-After``: short, so a saturated run shows retries, not waits.

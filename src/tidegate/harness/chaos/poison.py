@@ -102,7 +102,7 @@ class _Poison(_Scenario):
 
     def started(self, run: RunHandles) -> None:
         run.customs.set_document_check(edifact_problem)
-        run.tos.set_document_check(edifact_problem)
+        run.tos_sim.set_document_check(edifact_problem)
 
     def busy(self, t: float) -> bool:
         return False

@@ -40,13 +40,13 @@ class _SlowCommit(_Scenario):
         return {**super().worker_env(), "TIDEGATE_TOS_MAX_REQUEST_S": repr(self.max_request_s)}
 
     def started(self, run: RunHandles) -> None:
-        run.tos.set_commit_at_end()
+        run.tos_sim.set_commit_at_end()
 
     def tick(self, run: RunHandles, t: float) -> None:
         super().tick(run, t)
         cfg = self.config
         if self.slow_from is None and t >= cfg.fault_at_s:
-            run.tos.set_stragglers(self.slow_service_s, count=cfg.stragglers, every=5)
+            run.tos_sim.set_stragglers(self.slow_service_s, count=cfg.stragglers, every=5)
             self.slow_from = time.time()
             self.timeline.append({"t": round(t, 2), "event": "tos_stragglers"})
 

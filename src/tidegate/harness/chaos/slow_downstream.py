@@ -29,11 +29,11 @@ class _SlowDownstream(_Scenario):
         super().tick(run, t)
         cfg = self.config
         if self.slow_from is None and t >= cfg.fault_at_s:
-            run.tos.set_service_s(cfg.vessel.tos_service_s * cfg.slow_factor)
+            run.tos_sim.set_service_s(cfg.vessel.tos_service_s * cfg.slow_factor)
             self.slow_from = time.time()
             self.timeline.append({"t": round(t, 2), "event": "tos_slow"})
         elif self.slow_until is None and t >= cfg.fault_at_s + cfg.fault_s:
-            run.tos.set_service_s(cfg.vessel.tos_service_s)
+            run.tos_sim.set_service_s(cfg.vessel.tos_service_s)
             self.slow_until = time.time()
             self.timeline.append({"t": round(t, 2), "event": "tos_normal"})
 

@@ -287,7 +287,7 @@ def run_rq_vessel_demo(
     client = client_from_url(url)
     docs = list(vessel_burst(config.interchanges, seed=config.seed))
     submissions = [Submission(d.key, d.queue, d.envelope()) for d in docs]
-    with simulated_downstreams(config) as (customs, tos):
+    with simulated_downstreams(config, tos_process=True) as (customs, tos):
         env = worker_env(url, prefix, customs, tos, config)
         if kill is not None:
             for name in FUNCTIONS:

@@ -53,6 +53,7 @@ from tidegate.errors import BackendError, PayloadTooLarge
 from tidegate.harness import front_door
 from tidegate.harness.burst import vessel_burst
 from tidegate.harness.burst_run import (
+    TosHandle,
     burst_report,
     cleanup_prefix,
     queue_depths,
@@ -174,7 +175,8 @@ class RunHandles:
     client: redis.Redis
     fleet: Fleet
     customs: CustomsSim
-    tos: TosSim
+    #: Read by every run; a disturbance that changes the TOS asks :attr:`tos_sim`.
+    tos: TosHandle
     config: VesselConfig
     submissions: list[Submission] = field(default_factory=list)
     refused: list[Submission] = field(default_factory=list)
@@ -182,6 +184,13 @@ class RunHandles:
     wall_t0: float = 0.0
     samples_skipped: int = 0
     broker: RunBroker | None = None
+
+    @property
+    def tos_sim(self) -> TosSim:
+        """The TOS as a sim this process can change (a chaos run serves it here)."""
+        if not isinstance(self.tos, TosSim):
+            raise TypeError("this run's TOS is its own process: a disturbance cannot change it")
+        return self.tos
 
 
 class Disturbance(Protocol):
@@ -357,7 +366,7 @@ def run_vessel_demo(
         submissions = front_door.keyed_by_intake(submissions)
     intake: dict[str, Any] | None = None
     chaos: dict[str, Any] = {}
-    with simulated_downstreams(config) as (customs, tos):
+    with simulated_downstreams(config, tos_process=disturbance is None) as (customs, tos):
         env = {**worker_env(url, prefix, customs, tos, config), **broker.worker_env()}
         if disturbance is not None:
             env.update(disturbance.worker_env())
