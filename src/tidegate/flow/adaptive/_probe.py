@@ -19,9 +19,9 @@ sawtooth:
   a whole factor when no recent 429 bounds it, and the bisection otherwise, which
   closes in from below at a steady capacity);
 * after a fall (a maintenance window) the climb stops at the clean ceiling of before
-  it (the *waypoint*), where the 429 met above it before the fall bounds the probes
-  again: the window usually gives back what it took, and a whole factor past it drew
-  a 429 that the ceiling before the fall already knew of;
+  it (the *waypoint*), where the 429 met above it before the fall bounds the next
+  probe's size again (not when it comes): the window usually gives back what it
+  took, and a whole factor past it drew a 429 the ceiling before the fall knew of;
 * a probe that draws a 429 puts the ceiling back where it was (a rate the downstream
   accepted for a whole quiet period) and doubles the wait before the next, up to
   ``max_quiet_s``: that bound is how long an increase of capacity can go unnoticed,
@@ -162,12 +162,17 @@ def converged(state: RateState, policy: RatePolicy, ceiling: float, now_ms: floa
     few percent for ``quiet_s`` (it does: 10.2/s runs clean for 4 s against 10/s with a
     burst of 2), then draws two 429s — the probe's and, a few seconds after it was
     taken for working, one at the restored ceiling. So the ceiling is held for
-    :func:`hold_s` after the last 429 (``max_quiet_s`` if the capacity fell lately),
-    or after the climb's return to the waypoint that brought its 429 back."""
+    :func:`hold_s` after the last 429 (``max_quiet_s`` if the capacity fell lately).
+
+    Not at the waypoint (``bad_ms``): the 429 of before the fall says where the
+    capacity was, not that it came back no higher — held there for ``max_quiet_s``,
+    a capacity that came back at 12/s after a 10 → 4/s dip took 36 s to find."""
+    if state.bad_ms is not None:
+        return False  # back at the waypoint: its 429 bounds the next probe, not when
     bad = _bad_rate(state, policy, ceiling, now_ms)
     if bad is None or ceiling * policy.min_reprobe_factor < bad * (1.0 - 1e-9):
         return False
-    at = _bad_since_ms(state)
+    at = state.last_rejection_ms
     hold = (
         policy.max_quiet_s
         if _fell_lately(state, policy, ceiling, now_ms)
@@ -213,8 +218,9 @@ def cut_waypoint(
 
 def at_waypoint(state: RateState, policy: RatePolicy, ceiling: float, now_ms: float) -> RateState:
     """A probe that worked at the waypoint: the climb is back where the fall began,
-    and the 429 met above it before the fall bounds the probes again (from now: the
-    hold of a converged ceiling counts from here)."""
+    and the 429 met above it before the fall bounds the next probe's size again (its
+    memory counts from now), on the normal cadence — a capacity that came back higher
+    is found by that probe working."""
     point = _waypoint(state, policy, now_ms)
     if state.probe_from is None or point is None or ceiling < point * (1.0 - 1e-9):
         return state
