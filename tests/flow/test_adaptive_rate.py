@@ -711,6 +711,9 @@ def test_the_state_round_trips_through_plain_data() -> None:
         quiet_s=8.0,
         raised_from=3.0,
         fell_ms=T0 - 5,
+        waypoint=9.0,
+        waypoint_bad=9.8,
+        bad_ms=T0 - 2,
     )
 
     assert RateState.from_dict(state.as_dict()) == state
@@ -1356,3 +1359,71 @@ def test_three_429s_in_one_window_cut_deep_at_once() -> None:
     assert fell.ceiling is not None
     assert fell.ceiling <= 23.5 * 0.7 * 0.7 * 0.9 * 0.8 + 1e-9
     assert fell.rate == fell.ceiling
+
+
+def test_the_climb_after_a_fall_stops_at_the_ceiling_of_before_it() -> None:
+    """Settled at 9.96/s under a 429 at 10.95/s, the capacity falls (two 429s beside
+    two successes: a cut to 4.48/s). The climb back from 7.11/s went a whole factor
+    to 10.67/s and drew a 429 there (real processes, 70 s); it now stops at 9.96, and
+    once that probe has worked the 429 of before the fall bounds the next one
+    (the smallest step towards 10.95, not × 1.5)."""
+    settled = RateState(
+        rate=9.96,
+        ceiling=9.96,
+        bad_rate=10.95,
+        bad_ceiling=9.96,
+        last_rejection_ms=T0 - 6_000,
+        updated_ms=T0 - 1_000,
+    )
+    fall = RateWindow(throttled=2, successes=2, saturated=True)
+    fell = decide_rate(settled, fall, PRONE, now_ms=T0).state
+    assert fell.ceiling is not None
+    assert fell.ceiling < 5.0
+    back = replace(fell, rate=7.11, ceiling=7.11, last_rejection_ms=T0 + 1_000)
+
+    probe = decide_rate(back, SATURATED, PRONE, now_ms=T0 + 30_000)
+    climbed = decide_rate(probe.state, SATURATED, PRONE, now_ms=T0 + 31_000).state
+    after = decide_rate(climbed, SATURATED, PRONE, now_ms=T0 + 35_000)
+
+    assert (probe.reason, probe.state.ceiling) == ("reprobe", pytest.approx(9.96))
+    assert (after.reason, after.state.ceiling) == ("reprobe", pytest.approx(9.96 * 1.05))
+
+
+def test_scenario_the_bench_schedule_costs_no_429_above_the_ceiling_of_before_the_dip() -> None:
+    """The bench schedule (10/s, 4/s from 40 s for 20 s), the delays of real processes,
+    24 seeds. Before: the climb after the dip went a whole factor past the ceiling of
+    before it (× 1.5 from ~7.9 to ~11.9/s) and drew a 429 there, then bisected towards
+    it: 0.68-1.07 % of the calls (median 0.84). Stopping at the waypoint first: every
+    seed under 0.9 % (0.65-0.85, median 0.74)."""
+    for seed in range(24):
+        run_ = run_model(
+            PRONE,
+            seconds=150,
+            capacity=10.0,
+            schedule=BENCH_DIP,
+            **REAL_PROCESS_DELAYS,
+            seed=seed,
+        )
+
+        assert run_.suspensions == 0
+        assert run_.throttled_share() <= 0.009
+        assert (run_.reach_s(60) or math.inf) <= 15
+
+
+@pytest.mark.parametrize("back_to", [12.0, 15.0, 20.0])
+def test_scenario_a_capacity_that_comes_back_higher_is_found_within_30_s(back_to: float) -> None:
+    """10/s, 4/s from 40 s, then more than before the dip from 60 s. The climb stops at
+    the ceiling of before the dip, but its 429 only bounds the next probe: one held
+    there for max_quiet_s found 12/s after 36 s. Now 90 % of it within 30 s."""
+    for seed in range(24):
+        run_ = run_model(
+            PRONE,
+            seconds=150,
+            capacity=10.0,
+            schedule=[(40.0, 4.0), (60.0, back_to)],
+            **REAL_PROCESS_DELAYS,
+            seed=seed,
+        )
+
+        assert run_.suspensions == 0
+        assert (run_.reach_s(60) or math.inf) <= 30

@@ -18,6 +18,10 @@ sawtooth:
   (a capacity that went up is found in a few factors, not one small step a minute:
   a whole factor when no recent 429 bounds it, and the bisection otherwise, which
   closes in from below at a steady capacity);
+* after a fall (a maintenance window) the climb stops at the clean ceiling of before
+  it (the *waypoint*), where the 429 met above it before the fall bounds the next
+  probe's size again (not when it comes): the window usually gives back what it
+  took, and a whole factor past it drew a 429 the ceiling before the fall knew of;
 * a probe that draws a 429 puts the ceiling back where it was (a rate the downstream
   accepted for a whole quiet period) and doubles the wait before the next, up to
   ``max_quiet_s``: that bound is how long an increase of capacity can go unnoticed,
@@ -59,9 +63,11 @@ _PROOF_MAX = 2.0
 _LATELY = 6.0
 
 __all__ = [
+    "at_waypoint",
     "consecutive",
     "converged",
     "current_quiet_s",
+    "cut_waypoint",
     "failed_probe",
     "fallen_quiet_s",
     "new_ceiling",
@@ -119,7 +125,7 @@ def _bad_rate(state: RateState, policy: RatePolicy, ceiling: float, now_ms: floa
     it), and not yet climbed past — probes that worked their way a whole
     ``reprobe_factor`` above the ceiling that 429 left found a capacity that moved up
     (a maintenance window ended), which that 429 knew nothing of."""
-    bad, at = state.bad_rate, state.last_rejection_ms
+    bad, at = state.bad_rate, _bad_since_ms(state)
     if bad is None or bad <= ceiling:
         return None
     below = state.bad_ceiling
@@ -128,6 +134,12 @@ def _bad_rate(state: RateState, policy: RatePolicy, ceiling: float, now_ms: floa
     if at is None or now_ms - at >= _memory_s(policy, ceiling) * 1000.0:
         return None
     return bad
+
+
+def _bad_since_ms(state: RateState) -> float | None:
+    """When ``bad_rate`` started to bound the probes: its 429, or the climb's return
+    to the waypoint (which brought the 429 met before the fall back)."""
+    return state.last_rejection_ms if state.bad_ms is None else state.bad_ms
 
 
 def hold_s(policy: RatePolicy, ceiling: float) -> float:
@@ -150,7 +162,13 @@ def converged(state: RateState, policy: RatePolicy, ceiling: float, now_ms: floa
     few percent for ``quiet_s`` (it does: 10.2/s runs clean for 4 s against 10/s with a
     burst of 2), then draws two 429s — the probe's and, a few seconds after it was
     taken for working, one at the restored ceiling. So the ceiling is held for
-    :func:`hold_s` after the last 429 (``max_quiet_s`` if the capacity fell lately)."""
+    :func:`hold_s` after the last 429 (``max_quiet_s`` if the capacity fell lately).
+
+    Not at the waypoint (``bad_ms``): the 429 of before the fall says where the
+    capacity was, not that it came back no higher — held there for ``max_quiet_s``,
+    a capacity that came back at 12/s after a 10 → 4/s dip took 36 s to find."""
+    if state.bad_ms is not None:
+        return False  # back at the waypoint: its 429 bounds the next probe, not when
     bad = _bad_rate(state, policy, ceiling, now_ms)
     if bad is None or ceiling * policy.min_reprobe_factor < bad * (1.0 - 1e-9):
         return False
@@ -161,6 +179,59 @@ def converged(state: RateState, policy: RatePolicy, ceiling: float, now_ms: floa
         else hold_s(policy, ceiling)
     )
     return at is not None and now_ms - at < hold * 1000.0
+
+
+def _waypoint(state: RateState, policy: RatePolicy, now_ms: float) -> float | None:
+    """The clean ceiling before a recent fall, while the fall is recent."""
+    point = state.waypoint
+    if point is None or not _fell_lately(state, policy, point, now_ms):
+        return None
+    return point
+
+
+def cut_waypoint(
+    state: RateState, policy: RatePolicy, ceiling: float, now_ms: float, *, again: bool, fell: bool
+) -> tuple[float | None, float | None]:
+    """The waypoint (and its 429) a cut to ``ceiling`` leaves: the clean ceiling before
+    the fall (the probe's start if one ran) and the recent 429 above it.
+
+    A maintenance window usually gives back the capacity it took. Without the
+    waypoint the climb after it went a whole factor past the ceiling of before the
+    fall and drew a 429 there (real processes: 3.16 → 4.74 → 7.11 → 10.67/s, a 429,
+    with a clean 9.96/s and a 429 at 10.95/s known from before the fall).
+
+    A fall often shows only at its second cut (the first went ×0.9, or to the share
+    accepted): so the first cut of every episode outside a recent fall records where
+    it began (inert until a fall makes it count, see :func:`_waypoint`), a second cut
+    keeps it, and within a recent fall the fall's waypoint stays until the climb
+    reaches it."""
+    if _fell_lately(state, policy, ceiling, now_ms):
+        if state.waypoint is not None or not fell:
+            return state.waypoint, state.waypoint_bad
+    elif again:
+        return state.waypoint, state.waypoint_bad
+    clean = state.probe_from if state.probe_from is not None else state.ceiling
+    if clean is None or clean <= ceiling:
+        return None, None
+    return clean, _bad_rate(state, policy, clean, now_ms)
+
+
+def at_waypoint(state: RateState, policy: RatePolicy, ceiling: float, now_ms: float) -> RateState:
+    """A probe that worked at the waypoint: the climb is back where the fall began,
+    and the 429 met above it before the fall bounds the next probe's size again (its
+    memory counts from now), on the normal cadence — a capacity that came back higher
+    is found by that probe working."""
+    point = _waypoint(state, policy, now_ms)
+    if state.probe_from is None or point is None or ceiling < point * (1.0 - 1e-9):
+        return state
+    return replace(
+        state,
+        waypoint=None,
+        waypoint_bad=None,
+        bad_rate=state.waypoint_bad,
+        bad_ceiling=point,
+        bad_ms=now_ms,
+    )
 
 
 def _fell_lately(state: RateState, policy: RatePolicy, ceiling: float, now_ms: float) -> bool:
@@ -253,6 +324,7 @@ def failed_probe(state: RateState, policy: RatePolicy, base: float) -> RateState
         probe_from=None,
         quiet_s=min(policy.max_quiet_s, current_quiet_s(state, policy) * 2.0),
         bad_rate=bad,
+        bad_ms=None,
         bad_ceiling=max(policy.min_rate, state.probe_from),
         good_rate=None,
     )
@@ -277,6 +349,9 @@ def start_probe(
     level = ceiling * policy.reprobe_factor
     if bad is not None and level >= bad:
         level = max(ceiling * policy.min_reprobe_factor, (ceiling + bad) / 2.0)
+    point = _waypoint(state, policy, now_ms)
+    if point is not None and ceiling < point * (1.0 - 1e-9):
+        level = min(level, point)  # back to where the fall began, then on from there
     return replace(
         state,
         ceiling=min(limit, level),

@@ -49,9 +49,11 @@ from tidegate.errors import ConfigurationError
 from tidegate.flow.adaptive._hint import RateLimitHint
 from tidegate.flow.adaptive._policy import Mode, RatePolicy
 from tidegate.flow.adaptive._probe import (
+    at_waypoint,
     consecutive,
     converged,
     current_quiet_s,
+    cut_waypoint,
     failed_probe,
     fallen_quiet_s,
     new_ceiling,
@@ -178,6 +180,7 @@ def _probe_or_hold(
     hinted = limit < policy.max_rate  # headers said more than the ceiling allows
     if not quiet(state, policy, now_ms, at_least_s=policy.hinted_quiet_s if hinted else 0.0):
         return _decision(state, state.rate, ceiling, "at_ceiling", now_ms, previous=previous)
+    state = at_waypoint(state, policy, ceiling, now_ms)
     if converged(state, policy, ceiling, now_ms):
         # A running probe went its proof time cleanly: it worked, and stays the ceiling.
         worked = state.probe_from is not None
@@ -336,12 +339,16 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
         ceiling_set = now_ms
         top = base if state.ceiling is None else max(base, state.ceiling)
         fell = state.last_rejection_ms is not None and ceiling * policy.reprobe_factor < top
+        point, point_bad = cut_waypoint(state, policy, ceiling, now_ms, again=again, fell=fell)
         state = replace(
             state,
             # A fall by more than a probe (not the slow start's overshoot): the capacity
             # moved down, and may come back; see _probe.converged.
             fell_ms=now_ms if fell else state.fell_ms,
+            waypoint=point,
+            waypoint_bad=point_bad,
             bad_rate=base,
+            bad_ms=None,
             bad_ceiling=ceiling,
             probe_from=None,
             # A second cut of the same fall does not double the wait again (4 s to

@@ -126,6 +126,15 @@ class RateState:
             late): it went through cleanly at this rate, not at the new one.
         fell_ms: when a 429 last cut the ceiling by more than a probe's factor (the
             capacity fell, as for a maintenance window, and may come back).
+        waypoint: the clean ceiling before that fall (``None``: no fall lately, or the
+            climb back reached it). A maintenance window usually gives back what it
+            took: the climb after the fall stops there before probing above it.
+        waypoint_bad: the recent 429's rate above ``waypoint`` before the fall
+            (``None``: none bounded it); it bounds the probes again once the climb
+            is back at the waypoint.
+        bad_ms: when ``bad_rate`` last started to bound the probes, if not at the
+            last rejection (the waypoint's 429, restored at the waypoint); ``None``:
+            at ``last_rejection_ms``.
     """
 
     rate: float
@@ -144,6 +153,9 @@ class RateState:
     bad_ceiling: float | None = None
     raised_from: float | None = None
     fell_ms: float | None = None
+    waypoint: float | None = None
+    waypoint_bad: float | None = None
+    bad_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
@@ -172,6 +184,9 @@ class RateState:
             "bad_ceiling": self.bad_ceiling,
             "raised_from": self.raised_from,
             "fell_ms": self.fell_ms,
+            "waypoint": self.waypoint,
+            "waypoint_bad": self.waypoint_bad,
+            "bad_ms": self.bad_ms,
         }
 
     @classmethod
@@ -195,6 +210,9 @@ class RateState:
                 bad_ceiling=_opt_float(data.get("bad_ceiling")),
                 raised_from=_opt_float(data.get("raised_from")),
                 fell_ms=_opt_float(data.get("fell_ms")),
+                waypoint=_opt_float(data.get("waypoint")),
+                waypoint_bad=_opt_float(data.get("waypoint_bad")),
+                bad_ms=_opt_float(data.get("bad_ms")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"unreadable rate state {data!r}: {exc}") from exc
