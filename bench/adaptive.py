@@ -304,14 +304,14 @@ def variants(url: str, args: argparse.Namespace) -> dict[str, Any]:
     interference = watch.stop()
     columns = [
         "variant", "accepted", "429s", "429 share", "suspensions", "utilisation",
-        "settled", "90 % after start", "90 % after increase", "429s 10 s after drop",
-        "drain / ideal",
+        "settled", "once converged", "90 % after start", "90 % after increase",
+        "429s 10 s after drop", "drain / ideal",
     ]  # fmt: skip
     rows = [
         [
             r["variant"], r["accepted"], r["responses_429"], f"{r['share_429']:.2%}",
             r["suspensions"], r["utilisation"], r["utilisation_settled"],
-            r["to_90pct_after_start_s"], r["to_90pct_after_increase_s"],
+            r["utilisation_converged"], r["to_90pct_after_start_s"], r["to_90pct_after_increase_s"],
             r["responses_429_10s_after_drop"],
             f"{r['drain_s']} / {r['ideal_s']} s" if r["drain_s"] is not None
             else f"cut off at 150 s, {r['undelivered_at_cutoff']} left",

@@ -15,7 +15,8 @@ suspend the sender for 30 s. A 429 is sent again after its ``Retry-After``.
     holds the lease.
 
 Reported per variant: accepted, 429s and their share of accepted calls, suspensions,
-utilisation of the true capacity while draining (and in the settled windows), seconds
+utilisation of the true capacity while draining, in fixed settled windows (15 s after
+each change to the next) and once converged (from reaching 90 % to the next change), seconds
 to 90 % of the capacity after the start and after the capacity came back, 429s in the
 10 s after the drop, drain time against the ideal (the schedule's own drain time).
 """
@@ -158,6 +159,25 @@ def worker(variant: str, url: str, prefix: str, endpoint: str, max_s: float) -> 
     client.close()
 
 
+def _window_util(accepted: list[float], lo: float, hi: float) -> float:
+    """Accepted calls in ``[lo, hi)`` against what the capacity allowed there."""
+    area = sum(capacity(lo + i * 0.01) * 0.01 for i in range(int((hi - lo) * 100)))
+    return round(sum(1 for a in accepted if lo <= a < hi) / area, 3)
+
+
+def _converged_util(
+    accepted: list[float], windows: list[tuple[float | None, float]]
+) -> list[float | None]:
+    """Utilisation *once converged* (the issue's goal): in each phase of the schedule,
+    from the moment the 3-s rolling rate first reached 90 % of the capacity to the
+    phase's end; ``None`` for a phase that never got there or left under 5 s. The
+    fixed windows of ``utilisation_settled`` include the search when it is slow."""
+    return [
+        None if lo is None or hi - lo < 5.0 else _window_util(accepted, lo, hi)
+        for lo, hi in windows
+    ]
+
+
 def _reach_s(accepted: list[float], start: float, end: float) -> float | None:
     """Seconds after ``start`` until a 3-s rolling accepted rate reaches 90 % of capacity."""
     t = start
@@ -219,8 +239,9 @@ def run_variant(
     settled_util = []
     for lo, hi in settled:
         if hi - lo >= 5:
-            area = sum(capacity(lo + i * 0.01) * 0.01 for i in range(int((hi - lo) * 100)))
-            settled_util.append(round(sum(1 for a in accepted if lo <= a < hi) / area, 3))
+            settled_util.append(_window_util(accepted, lo, hi))
+    reach_start = _reach_s(accepted, 0.0, DIP_AT_S)
+    reach_increase = _reach_s(accepted, DIP_AT_S + DIP_S, drain)
     return {
         "variant": variant,
         "accepted": len(accepted),
@@ -230,8 +251,15 @@ def run_variant(
         "suspensions": stats["suspensions"],
         "utilisation": round(len(accepted) / cap_area, 3) if cap_area else None,
         "utilisation_settled": settled_util,
-        "to_90pct_after_start_s": _reach_s(accepted, 0.0, DIP_AT_S),
-        "to_90pct_after_increase_s": _reach_s(accepted, DIP_AT_S + DIP_S, drain),
+        "utilisation_converged": _converged_util(
+            accepted,
+            [
+                (reach_start, DIP_AT_S),
+                (None if reach_increase is None else DIP_AT_S + DIP_S + reach_increase, drain),
+            ],
+        ),
+        "to_90pct_after_start_s": reach_start,
+        "to_90pct_after_increase_s": reach_increase,
         "responses_429_10s_after_drop": sum(1 for r in refused if DIP_AT_S <= r < DIP_AT_S + 10),
         "undelivered_at_cutoff": undelivered,
         "drain_s": round(drain, 1) if not undelivered else None,
