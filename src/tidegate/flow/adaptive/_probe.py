@@ -164,20 +164,22 @@ def converged(state: RateState, policy: RatePolicy, ceiling: float, now_ms: floa
     taken for working, one at the restored ceiling. So the ceiling is held for
     :func:`hold_s` after the last 429 (``max_quiet_s`` if the capacity fell lately).
 
-    Not at the waypoint (``bad_ms``): the 429 of before the fall says where the
-    capacity was, not that it came back no higher — held there for ``max_quiet_s``,
-    a capacity that came back at 12/s after a 10 → 4/s dip took 36 s to find."""
-    if state.bad_ms is not None:
-        return False  # back at the waypoint: its 429 bounds the next probe, not when
+    Back from a fall (``bad_ms``: the climb reached the waypoint and restored the 429
+    of before the fall), for ``2 × quiet_s`` from that return only: the old 429 says
+    where the capacity was, not that it came back no higher — held for
+    ``max_quiet_s``, a capacity that came back at 12/s after a 10 → 4/s dip took 36 s
+    to find; not held at all, every real run probed × 1.05 past that 429 at once and
+    drew a 429 there."""
     bad = _bad_rate(state, policy, ceiling, now_ms)
     if bad is None or ceiling * policy.min_reprobe_factor < bad * (1.0 - 1e-9):
         return False
     at = state.last_rejection_ms
-    hold = (
-        policy.max_quiet_s
-        if _fell_lately(state, policy, ceiling, now_ms)
-        else hold_s(policy, ceiling)
-    )
+    if state.bad_ms is not None:
+        at, hold = state.bad_ms, 2.0 * policy.quiet_s
+    elif _fell_lately(state, policy, ceiling, now_ms):
+        hold = policy.max_quiet_s
+    else:
+        hold = hold_s(policy, ceiling)
     return at is not None and now_ms - at < hold * 1000.0
 
 
