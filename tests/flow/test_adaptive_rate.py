@@ -27,7 +27,7 @@ from tidegate.flow.adaptive import (
     decide_rate,
     initial_rate_state,
 )
-from tidegate.sim._model import run_model
+from tidegate.sim._model import ModelRun, run_model
 
 T0 = 1_700_000_000_000.0
 
@@ -966,6 +966,14 @@ def test_scenario_echoes_of_a_cut_do_not_cut_again(seed: int) -> None:
 BENCH_DIP = [(40.0, 4.0), (60.0, 10.0)]
 
 
+def bench_run(seed: int) -> ModelRun:
+    """``bench/adaptive.py``'s schedule (10/s, 4/s from 40 s for 20 s) for 150 s on the
+    model, with the delays of real processes."""
+    return run_model(
+        PRONE, seconds=150, capacity=10.0, schedule=BENCH_DIP, **REAL_PROCESS_DELAYS, seed=seed
+    )
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_scenario_the_start_uses_the_capacity_on_real_processes(seed: int) -> None:
     """The delays of real processes (slots 0.4 s ahead, answers up to 0.3 s late),
@@ -978,14 +986,7 @@ def test_scenario_the_start_uses_the_capacity_on_real_processes(seed: int) -> No
     five 429s before the dip. (Seed 6 met the old sequence — its 429 was admitted
     after the increase, so nothing showed the clean rate was not — and used 70 %; since
     a clean window proves only the rate before a raise it uses 83 %.)"""
-    run_ = run_model(
-        PRONE,
-        seconds=150,
-        capacity=10.0,
-        schedule=BENCH_DIP,
-        **REAL_PROCESS_DELAYS,
-        seed=seed,
-    )
+    run_ = bench_run(seed)
 
     assert run_.suspensions == 0
     assert sum(run_.throttled[:40]) <= 5
@@ -1304,14 +1305,7 @@ def test_scenario_the_bench_schedule_over_seeds_on_real_processes() -> None:
     dip and >= 85 % after it, and is back within 15 s of the increase."""
     shares = []
     for seed in range(24):
-        run_ = run_model(
-            PRONE,
-            seconds=150,
-            capacity=10.0,
-            schedule=BENCH_DIP,
-            **REAL_PROCESS_DELAYS,
-            seed=seed,
-        )
+        run_ = bench_run(seed)
         shares.append(run_.throttled_share())
         assert run_.suspensions == 0
         assert run_.utilisation(15, 40) >= 0.8
@@ -1424,14 +1418,7 @@ def test_scenario_the_bench_schedule_costs_no_429_above_the_ceiling_of_before_th
     0.65-0.85 % (median 0.74); and holding next to the 429 of before the fall once past
     the waypoint: every seed under 0.8 % (0.65-0.78, median 0.68)."""
     for seed in range(24):
-        run_ = run_model(
-            PRONE,
-            seconds=150,
-            capacity=10.0,
-            schedule=BENCH_DIP,
-            **REAL_PROCESS_DELAYS,
-            seed=seed,
-        )
+        run_ = bench_run(seed)
 
         assert run_.suspensions == 0
         assert run_.throttled_share() <= 0.008
