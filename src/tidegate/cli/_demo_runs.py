@@ -22,11 +22,13 @@ from rich.table import Table
 
 from tidegate.cli._common import TidegateCLIError
 from tidegate.cli._output import print_table
+from tidegate.logging import configure as configure_logging
 from tidegate.redis_server import redis_url
 
 __all__ = [
     "bulk_scenario",
     "chaos_scenario",
+    "events_to_log_file",
     "finish",
     "gate_scenario",
     "live_table",
@@ -149,15 +151,21 @@ def vessel_scenario(
     finish(console, report, json_path, plot_path=plot_path, samples=samples)
 
 
+def events_to_log_file(stack: contextlib.ExitStack, log_dir: Path, name: str) -> None:
+    """Send this process's JSON events (INFO and up) to ``name`` in the log folder until
+    ``stack`` closes, then back to stderr at WARNING: a run whose parts log from this
+    process (the monitor, the sims, the console) keeps them off the live view."""
+    events = stack.enter_context((log_dir / name).open("a", encoding="utf-8"))
+    configure_logging(level="INFO", stream=events)
+    stack.callback(configure_logging, level="WARNING", stream=sys.stderr)
+
+
 def demo_console(console: Console, stack: contextlib.ExitStack, log_dir: Path) -> Any:
     """The console on the run (:mod:`tidegate.harness.scenarios.console`): its URL and password
     are printed here, once; its audit events go to ``console.log`` in the log folder."""
     from tidegate.harness.scenarios.console import DEMO_USER, DemoConsole
-    from tidegate.logging import configure as configure_logging
 
-    events = stack.enter_context((log_dir / "console.log").open("a", encoding="utf-8"))
-    configure_logging(level="INFO", stream=events)
-    stack.callback(configure_logging, level="WARNING", stream=sys.stderr)
+    events_to_log_file(stack, log_dir, "console.log")
     watch = stack.enter_context(DemoConsole())
     console.print(
         f"[bold]console:[/] {watch.url} · user {DEMO_USER} · password {watch.password} "
@@ -218,7 +226,6 @@ def overload_scenario(
     keep_logs: bool,
 ) -> None:
     from tidegate.harness.scenarios.overload import OverloadConfig, live_table, run_overload_demo
-    from tidegate.logging import configure as configure_logging
 
     config = OverloadConfig(
         vermas=vermas,
@@ -235,11 +242,7 @@ def overload_scenario(
     )
     with contextlib.ExitStack() as stack:
         log_dir = stack.enter_context(log_dir_for(console, keep_logs, "overload"))
-        # The monitor runs in this process: its JSON events go to a file, not over the
-        # live view.
-        monitor_log = stack.enter_context((log_dir / "monitor.log").open("a", encoding="utf-8"))
-        configure_logging(level="INFO", stream=monitor_log)
-        stack.callback(configure_logging, level="WARNING", stream=sys.stderr)
+        events_to_log_file(stack, log_dir, "monitor.log")  # the monitor runs in this process
         url = stack.enter_context(redis_url())
         live = stack.enter_context(Live(console=console, refresh_per_second=4))
         report, _ = run_overload_demo(

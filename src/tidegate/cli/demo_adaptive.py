@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from tidegate.cli._demo_runs import finish, live_table, log_dir_for
-from tidegate.logging import configure as configure_logging
+from tidegate.cli._demo_runs import events_to_log_file, finish, live_table, log_dir_for
 from tidegate.redis_server import redis_url
 
 __all__ = ["adaptive_scenario"]
@@ -42,11 +40,8 @@ def adaptive_scenario(
     )
     with contextlib.ExitStack() as stack:
         log_dir = stack.enter_context(log_dir_for(console, keep_logs, "adaptive"))
-        # The sims run in this process: their events (the capacity steps, suspensions)
-        # go to a file, not over the live view.
-        events = stack.enter_context((log_dir / "sims.log").open("a", encoding="utf-8"))
-        configure_logging(level="INFO", stream=events)
-        stack.callback(configure_logging, level="WARNING", stream=sys.stderr)
+        # The sims run in this process: their events (the capacity steps, suspensions).
+        events_to_log_file(stack, log_dir, "sims.log")
         url = stack.enter_context(redis_url())
         live = stack.enter_context(Live(console=console, refresh_per_second=4))
         report, _ = run_adaptive_demo(
