@@ -23,12 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo
 from tidegate.load.sizing import connection_workers, overhead_from_busy_share
+from tidegate.logging import configure as configure_logging
 from tidegate.redis_server import redis_url
 
 
@@ -60,6 +62,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    # The intake's and sims' decisions stay out of the figures on stdout (as in
+    # ``tidegate demo`` and ``bench/tos_turn.py``).
+    configure_logging(level="WARNING", stream=sys.stderr)
 
     base = VesselConfig(
         interchanges=args.interchanges,
