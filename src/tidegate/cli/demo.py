@@ -330,7 +330,7 @@ def demo(
     except BrokerUnreachable as exc:
         raise TidegateCLIError(str(exc)) from None
     except Exception as exc:
-        cause = _refused_write(exc) or _redis_refuses_writes()
+        cause = refused_write_in_chain(exc) or _redis_refuses_writes()
         if cause is None:
             raise
         raise TidegateCLIError(_UNWRITABLE_HINTS.get(cause, _UNWRITABLE_HINTS["oom"])) from None
@@ -373,8 +373,3 @@ def _redis_refuses_writes() -> str | None:
     except Exception as exc:  # any failure but a refused write is "not known"
         return unwritable_cause(exc)
     return None
-
-
-def _refused_write(exc: BaseException) -> str | None:
-    """The cause of a refused write anywhere in ``exc``'s chain, or ``None``."""
-    return refused_write_in_chain(exc)

@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import selectors
 import signal
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
 import httpx
 
-import tidegate
 from tidegate.errors import ConfigurationError, TidegateError
 
 __all__ = ["SimProcess", "SimProcessError"]
@@ -80,20 +77,14 @@ class SimProcess:
         return int(self._announce()["pid"])
 
     def start(self) -> Self:
-        src = str(Path(tidegate.__file__).resolve().parents[1])
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
-        }
-        # Its log lines go to a file, not a pipe: a pipe nobody reads fills up and
-        # stops the sim mid-run.
+        # The same interpreter finds the same tidegate, as the worker fleets do. Its log
+        # lines go to a file, not a pipe: a pipe nobody reads fills up and stops the sim.
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by stop()
         proc = subprocess.Popen(
             [sys.executable, "-m", "tidegate.sim", *self.args],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
-            env=env,
         )
         self._proc = proc
         try:
