@@ -2,8 +2,12 @@
 
 ``tidegate.sim._model`` replays the customs gateway (token bucket, burst 2, 5 429s in
 10 s suspend for 30 s), the fleet's gate and the controller on a virtual clock, with
-the two delays real processes add: slots handed out 0.4 s ahead, answers reaching the
-controller up to 0.3 s after the call, 50 ms of arrival jitter. No Redis, no sleeps:
+the delays real processes add: slots handed out 0.4 s ahead, answers reaching the
+controller up to 0.3 s after the call, 50 ms of arrival jitter. The fleet's pause is
+written when the answer reaches the controller too (the form the tests hold the
+controller to); ``--pause-s 0.02`` writes it up to 20 ms after the 429's call went
+out, as workers do (``bench/adaptive.py --only variants`` measured 3.7-7.8 ms:
+``pause_written_ms``). No Redis, no sleeps:
 a run takes milliseconds, so CPU sharing does not matter and the figures are exact for
 a commit. The real thing is ``bench/adaptive.py --only variants``.
 
@@ -12,13 +16,14 @@ capacity in two settled windows (before the fall, and late after the rise), seco
 to 90 % of the capacity after the rise, seconds to at or under it after the fall.
 Ranges are over the seeds (median in brackets).
 
-Run: ``python bench/adaptive_model.py [--seeds 24]``.
+Run: ``python bench/adaptive_model.py [--seeds 24] [--pause-s report|SECONDS]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from _harness import md_table
@@ -66,7 +71,7 @@ def _seconds(values: list[float | None]) -> str:
     return f"{min(known):.0f}–{max(known):.0f}"
 
 
-def row(schedule: Schedule, seeds: range) -> list[object]:
+def row(schedule: Schedule, seeds: range, delays: Mapping[str, object]) -> list[object]:
     runs: list[ModelRun] = [
         run_model(
             RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True),
@@ -74,7 +79,7 @@ def row(schedule: Schedule, seeds: range) -> list[object]:
             capacity=schedule.capacity,
             schedule=schedule.steps,
             seed=seed,
-            **DELAYS,  # type: ignore[arg-type]
+            **delays,  # type: ignore[arg-type]
         )
         for seed in seeds
     ]
@@ -94,12 +99,14 @@ def row(schedule: Schedule, seeds: range) -> list[object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=24)
+    parser.add_argument("--pause-s", default="report")
     args = parser.parse_args(argv)
+    delays = {**DELAYS, "pause_s": None if args.pause_s == "report" else float(args.pause_s)}
     columns = [
         "schedule", "runs suspended", "429 share", "settled early", "settled late",
         "90 % after rise (s)", "under after fall (s)",
     ]  # fmt: skip
-    print(md_table(columns, [row(s, range(args.seeds)) for s in SCHEDULES]))
+    print(md_table(columns, [row(s, range(args.seeds), delays) for s in SCHEDULES]))
     return 0
 
 

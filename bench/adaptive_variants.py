@@ -144,16 +144,23 @@ def worker(variant: str, url: str, prefix: str, endpoint: str, max_s: float) -> 
                         admitted_ms=admitted_ms,
                         held=held,
                     )
-                client.rpush(out, json.dumps([time.time(), answer.status_code]))
+                answered_at = time.time()
                 if outcome.kind == "ok":
+                    client.rpush(out, json.dumps([answered_at, answer.status_code]))
                     if local is not None:
                         local.ok()
                     break
+                # As DownstreamClient does: the fleet's pause is written as soon as the
+                # 429 is read. How long after the call went out it is in force (an upper
+                # bound on the model's ``pause_s``: the call reached the customs after
+                # ``started``) is recorded with the answer.
                 retry_after = outcome.retry_after_s or 1.0
                 if local is not None:
                     local.throttled(retry_after)
                 elif gate is not None:
                     gate.pause(retry_after, "http_429")
+                paused_ms = (time.monotonic() - started) * 1000.0
+                client.rpush(out, json.dumps([answered_at, answer.status_code, paused_ms]))
     if loop is not None:
         loop.stop()
     client.close()
@@ -187,6 +194,17 @@ def _reach_s(accepted: list[float], start: float, end: float) -> float | None:
             return round(t + 3.0 - start, 1)
         t += 0.5
     return None
+
+
+def _spread(values: list[float]) -> dict[str, float] | None:
+    """p50, p90 and the largest of sorted ``values`` (``None`` when there are none)."""
+    if not values:
+        return None
+    return {
+        "p50": round(values[len(values) // 2], 2),
+        "p90": round(values[min(len(values) - 1, int(len(values) * 0.9))], 2),
+        "max": round(values[-1], 2),
+    }
 
 
 def run_variant(
@@ -227,11 +245,12 @@ def run_variant(
             proc.join(timeout=600)
         stats = sim.stats(timeline=False)
     rows = [json.loads(raw) for raw in client.lrange(f"{prefix}:bench:out", 0, -1)]
+    paused_ms = sorted(row[2] for row in rows if len(row) > 2)
     history = _rate_history(client, prefix, t0) if variant == "tidegate_adaptive" else None
     for key in client.scan_iter(match=f"{prefix}:*"):
         client.delete(key)
-    accepted = sorted(at - t0 for at, status in rows if status == 200)
-    refused = sorted(at - t0 for at, status in rows if status == 429)
+    accepted = sorted(row[0] - t0 for row in rows if row[1] == 200)
+    refused = sorted(row[0] - t0 for row in rows if row[1] == 429)
     undelivered = units - stats["distinct_keys"]
     drain = accepted[-1] if accepted else float("nan")
     cap_area = sum(capacity(i * 0.01) * 0.01 for i in range(int(drain * 100)))
@@ -261,6 +280,7 @@ def run_variant(
         "to_90pct_after_start_s": reach_start,
         "to_90pct_after_increase_s": reach_increase,
         "responses_429_10s_after_drop": sum(1 for r in refused if DIP_AT_S <= r < DIP_AT_S + 10),
+        "pause_written_ms": _spread(paused_ms),
         "undelivered_at_cutoff": undelivered,
         "drain_s": round(drain, 1) if not undelivered else None,
         "ideal_s": round(ideal_drain_s(units), 1),

@@ -18,9 +18,14 @@ model can add them too (both off by default, the model's first form):
   call is *admitted* (its slot spaced at the rate in force then) up to this long before
   it goes: a cut does not respace the slots already handed out;
 * ``report_s`` — a call's answer reaches the controller's window up to this long after
-  the call reached the downstream (its latency, the report's round trip, a busy CPU),
-  and the worker writes the fleet's pause only then: a 429 can land in the window of
-  the tick *after* the cut it already caused.
+  the call reached the downstream (its latency, the report's round trip, a busy CPU):
+  a 429 can land in the window of the tick *after* the cut it already caused;
+* ``pause_s`` — a 429 pauses the fleet up to this long after its call reached the
+  downstream. A worker writes the pause as soon as it reads the 429 (the answer's way
+  back and one Redis round trip: ``bench/adaptive.py`` measures it), long before the
+  controller's next tick; unset, the pause waits for the report, as in the model's
+  first form, which made every 429 admit up to ``report_s`` more calls into a bucket
+  that had run dry.
 
 Together they make the echo of a failed probe: 429s from calls admitted before the
 cut, counted after it. Each throttled call carries its admission time into the window
@@ -159,13 +164,15 @@ class _Fleet:
     A slot is spaced at the rate in force when it was *admitted* (``admit_lead_s``
     before it, or when a pause ended: a slot reserved before a pause is forfeited and
     admitted anew at its end, with every other caller that waited on it). A 429 pauses
-    the fleet from the moment its answer is reported, and the answer joins the window
-    of the tick after that moment.
+    the fleet from the moment its worker wrote the pause (``pause_s``; unset: when its
+    answer is reported), and the answer joins the window of the tick after its report.
     """
 
-    def __init__(self, rate: float, *, admit_lead_s: float, report_s: float) -> None:
+    def __init__(
+        self, rate: float, *, admit_lead_s: float, report_s: float, pause_s: float | None
+    ) -> None:
         self.rates_at, self.rates = [0.0], [rate]  # the gate's rate from each tick on
-        self.admit_lead_s, self.report_s = admit_lead_s, report_s
+        self.admit_lead_s, self.report_s, self.pause_s = admit_lead_s, report_s, pause_s
         self.slot = self.paused_until = 0.0
         self.pauses: list[tuple[float, float]] = []  # heap: (known_at, until)
         self.reports: list[tuple[float, int, bool, float]] = []  # heap: (at, n, ok, admitted)
@@ -188,7 +195,10 @@ class _Fleet:
         heapq.heappush(self.reports, (known, self.sent, retry is None, admitted))
         self.sent += 1
         if retry is not None:
-            heapq.heappush(self.pauses, (known, arrival + retry))
+            written = known
+            if self.pause_s is not None:
+                written = arrival + (rng.uniform(0.0, self.pause_s) if self.pause_s else 0.0)
+            heapq.heappush(self.pauses, (written, arrival + retry))
         rate = self.rates[bisect_right(self.rates_at, max(0.0, admitted)) - 1]
         self.slot += 1.0 / rate
 
@@ -226,6 +236,7 @@ def run_model(
     advertise: Callable[[float], RateLimitHint | None] | None = None,
     admit_lead_s: float = 0.0,
     report_s: float = 0.0,
+    pause_s: float | None = None,
     stamped: bool = True,
 ) -> ModelRun:
     """Run the loop for ``seconds`` with an unlimited backlog.
@@ -239,9 +250,10 @@ def run_model(
         advertise: a custom hint per answer time (overrides ``headers``).
         admit_lead_s: each slot was reserved (at the rate then in force) this long
             before it, seconds; 0: at the slot itself.
-        report_s: each answer reaches the window (and a 429 pauses the fleet) up to
-            this long after the call reached the downstream, seconds; 0: in the tick
-            of the call's slot, at once.
+        report_s: each answer reaches the window up to this long after the call
+            reached the downstream, seconds; 0: in the tick of the call's slot, at once.
+        pause_s: each 429 pauses the fleet up to this long after its call reached the
+            downstream, seconds; ``None``: when its answer is reported (``report_s``).
         stamped: throttled calls carry their admission time into the window.
     """
     rng = random.Random(seed)
@@ -253,7 +265,7 @@ def run_model(
     else:
         assert fixed_rate is not None
         rate = fixed_rate
-    fleet = _Fleet(rate, admit_lead_s=admit_lead_s, report_s=report_s)
+    fleet = _Fleet(rate, admit_lead_s=admit_lead_s, report_s=report_s, pause_s=pause_s)
     out = ModelRun()
     hint: RateLimitHint | None = None
     for second in range(seconds):
