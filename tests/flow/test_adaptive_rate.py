@@ -557,6 +557,39 @@ def test_at_the_ceiling_the_controller_waits_then_probes() -> None:
     assert halfway.state.ceiling == pytest.approx(9.5)
 
 
+def test_the_first_probe_after_the_slow_start_does_not_land_on_its_429() -> None:
+    """The slow start on real processes, ticks ~1.003 s apart: 7.65 → 11.49 → 17.27/s,
+    a 429 to a call admitted at 11.49/s, the ceiling back to the proven 7.65/s. The
+    first probe went ×1.5 to 11.47/s — 0.1 % under the rate that had just drawn the
+    429, because ×1.5 fell a hair short of it and only a probe reaching the 429
+    bisected — and drew a 429 in every run. Within the smallest probe of a 429 there
+    is nothing to learn: it goes halfway (9.57/s)."""
+    policy = PRONE
+    state, now = initial_rate_state(policy), T0
+    rates = []
+    while state.rate < 17.0:
+        now += 1_003.0
+        state = decide_rate(state, SATURATED, policy, now_ms=now).state
+        rates.append(state.rate)
+    admitted_before_raise = now - 500.0
+    now += 1_003.0
+    cut = decide_rate(
+        state,
+        RateWindow(
+            successes=8, throttled=1, saturated=True, throttled_admitted_ms=admitted_before_raise
+        ),
+        policy,
+        now_ms=now,
+    ).state
+    probe = decide_rate(cut, SATURATED, policy, now_ms=now + policy.quiet_s * 1000.0)
+
+    proven, bad = rates[-3], rates[-2]
+    assert proven * policy.reprobe_factor < bad < proven * policy.reprobe_factor * 1.01
+    assert (cut.ceiling, cut.bad_rate) == (pytest.approx(proven), pytest.approx(bad))
+    assert probe.reason == "reprobe"
+    assert probe.state.ceiling == pytest.approx((proven + bad) / 2.0)
+
+
 def test_a_probe_that_holds_for_quiet_s_worked_and_the_next_follows() -> None:
     """Never refused again: probes every quiet_s (4 s), ×1.5 each, up to the maximum."""
     state = RateState(rate=9.0, ceiling=9.0, last_rejection_ms=T0, updated_ms=T0)
@@ -1408,6 +1441,65 @@ def test_past_the_waypoint_a_ceiling_next_to_the_429_of_before_the_fall_is_held(
     assert held.state.ceiling == pytest.approx(10.05)
     assert held.reason != "reprobe"
     assert (probed.reason, probed.state.ceiling) == ("reprobe", pytest.approx(10.05 * 1.05))
+
+
+def test_far_under_the_waypoint_a_probe_that_worked_goes_past_the_failed_probe_of_the_fall() -> (
+    None
+):
+    """In the 4/s window a probe from 3.16 to 4.75/s failed; after it a probe to 3.96
+    worked, far under the waypoint (9.97/s, the clean ceiling before the fall). Bisecting
+    on towards 4.75 took three more probes of 4 s each (4.35, 4.57, 4.80) before the
+    climb could go a whole factor: 31 s to 90 % of a capacity that came back at 10/s
+    (the model, seed 1, with the pause written 20 ms after the 429). The 429 was met
+    while the capacity was down; the next probe goes just past it (× 1.05). Within a
+    whole factor of the waypoint the bisection stays: there it is the search for a
+    steady capacity (a slow start's overshoot looks like a fall too)."""
+    state = RateState(
+        rate=3.96,
+        ceiling=3.96,
+        probe_from=3.16,
+        bad_rate=4.75,
+        bad_ceiling=3.16,
+        waypoint=9.97,
+        waypoint_bad=10.44,
+        fell_ms=T0 - 30_000,
+        last_rejection_ms=T0 - 16_000,
+        last_reprobe_ms=T0 - 4_000,
+        updated_ms=T0 - 1_000,
+    )
+    near = replace(state, waypoint=5.5, waypoint_bad=5.9)
+
+    far_probe = decide_rate(state, SATURATED, PRONE, now_ms=T0)
+    near_probe = decide_rate(near, SATURATED, PRONE, now_ms=T0)
+
+    assert (far_probe.reason, far_probe.state.ceiling) == ("reprobe", pytest.approx(4.75 * 1.05))
+    assert (near_probe.reason, near_probe.state.ceiling) == (
+        "reprobe",
+        pytest.approx((3.96 + 4.75) / 2),
+    )
+
+
+def test_scenario_with_the_pause_written_when_the_429_is_read_a_deep_fall_suspends_nobody() -> None:
+    """25/s, 8/s from 40 s, 25/s from 100 s. The model wrote the fleet's pause only when
+    the answer reached the controller (up to 0.3 s): 9 or 10 of 24 seeds were suspended,
+    the slots of those 0.3 s running into a bucket that had run dry. A worker writes it
+    as soon as it reads the 429: ``bench/adaptive.py --only variants`` measured 3.7-7.8
+    ms from the call going out to the pause in force. With 20 ms, no seed is suspended
+    — and with the pause at the report, some are (the model's own control)."""
+    delays = {**REAL_PROCESS_DELAYS, "pause_s": 0.02}
+    suspended = reported = 0
+    for seed in range(24):
+        kwargs: dict[str, Any] = {
+            "seconds": 180,
+            "capacity": 25.0,
+            "schedule": [(40.0, 8.0), (100.0, 25.0)],
+            "seed": seed,
+        }
+        suspended += run_model(PRONE, **kwargs, **delays).suspensions > 0
+        reported += run_model(PRONE, **kwargs, **REAL_PROCESS_DELAYS).suspensions > 0
+
+    assert suspended == 0
+    assert reported >= 5
 
 
 def test_scenario_the_bench_schedule_costs_no_429_above_the_ceiling_of_before_the_dip() -> None:

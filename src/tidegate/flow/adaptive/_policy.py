@@ -107,9 +107,9 @@ class RatePolicy:
             The headers already say the capacity; what the 429 taught is how much of
             it arrivals bunched by network jitter leave against a small bucket, which
             does not change from one second to the next.
-        reprobe_factor: a probe's size, ``ceiling ×`` this (1 < r <= 2). A probe never
-            goes past halfway to the rate of a recent 429 unless it is already within
-            ``min_reprobe_factor`` of it.
+        reprobe_factor: a probe's size, ``ceiling ×`` this (1 < r <= 2). A probe that
+            would come within ``min_reprobe_factor`` of the rate of a recent 429 goes
+            halfway to it instead (or ``min_reprobe_factor`` above the ceiling).
         min_reprobe_factor: the smallest probe (1 < r <= reprobe_factor).
         headroom: the fraction of a rate advertised in rate-limit headers used
             (0 < h <= 1).

@@ -7,9 +7,10 @@ sawtooth:
 
 * a probe raises the ceiling by ``reprobe_factor``, but only halfway to the rate of
   a recent 429 (``bad_rate``, forgotten after a hold and ``max_quiet_s`` more, or
-  once probes climbed a whole factor above the ceiling it left), or
-  ``min_reprobe_factor`` above the ceiling if that is more — a bisection between
-  what worked and what did not;
+  once probes climbed a whole factor above the ceiling it left) when the whole
+  factor would come within the smallest probe of it, or ``min_reprobe_factor``
+  above the ceiling if that is more — a bisection between what worked and what did
+  not;
 * a ceiling within that smallest step of the recent 429 has nothing left to bisect:
   it is held, so that failed probes cost at most ``probe_budget`` of the calls (see
   :func:`hold_s`), unless the capacity fell lately and may come back;
@@ -337,21 +338,36 @@ def start_probe(
 ) -> RateState:
     """Raise the ceiling for a probe (the wait is over, the rate is at the ceiling).
 
-    ``ceiling × reprobe_factor``; halfway to the rate of a recent 429 when that is
-    lower (but at least ``ceiling × min_reprobe_factor``) — also right after a probe
-    that worked: a whole factor from a probe that worked just under a recent 429 lands
-    far above it, and its 429s (two or three with slots handed out ahead) came just
-    before a fall often enough to get the fleet suspended; ``limit`` caps it (the
-    operator's maximum, or an advertised rate). If a probe was running, it went
-    through ``quiet_s`` cleanly: it worked, and the wait is back to ``quiet_s``.
+    ``ceiling × reprobe_factor``, capped by ``limit`` (the operator's maximum, or an
+    advertised rate); halfway to the rate of a recent 429 (but at least ``ceiling ×
+    min_reprobe_factor``) when the whole factor would come within the smallest probe
+    of it — there a probe learns nothing the 429 did not say, and the slow start's
+    first probe went ×1.5 from 7.65/s to 11.47/s, 0.1 % under the 11.49/s that had
+    just drawn its 429, and drew one in every real run. The same after a probe that
+    worked: a whole factor from just under a recent 429 lands far above it, and its
+    429s (two or three with slots handed out ahead) came just before a fall often
+    enough to get the fleet suspended.
+
+    After a fall, halfway only once the whole factor would reach the 429: met while
+    the capacity was down, it bounds the climb towards a capacity that came back too
+    tightly (halfway from within 5 % took four probes, 16 s, to clear 5.4/s after a
+    10 → 4 → 10/s dip). For the same reason, more than a whole factor under the
+    waypoint, a probe that worked goes on just past that 429 rather than halfway to
+    it (bisecting from 3.96 towards a failed probe's 4.75/s took three more probes
+    before the climb could go on). If a probe was running, it went through
+    ``quiet_s`` cleanly: it worked, and the wait is back to ``quiet_s``.
     """
     worked = state.probe_from is not None
     wait = policy.quiet_s if worked else current_quiet_s(state, policy)
     bad = _bad_rate(state, policy, ceiling, now_ms)
     level = ceiling * policy.reprobe_factor
-    if bad is not None and level >= bad:
-        level = max(ceiling * policy.min_reprobe_factor, (ceiling + bad) / 2.0)
+    near = 1.0 if _fell_lately(state, policy, ceiling, now_ms) else policy.min_reprobe_factor
     point = _waypoint(state, policy, now_ms)
+    if bad is not None and level * near >= bad:
+        level = max(ceiling * policy.min_reprobe_factor, (ceiling + bad) / 2.0)
+        if worked and point is not None and ceiling * policy.reprobe_factor < point:
+            past = min(ceiling * policy.reprobe_factor, bad * policy.min_reprobe_factor)
+            level = max(level, past)
     if point is not None and ceiling < point * (1.0 - 1e-9):
         level = min(level, point)  # back to where the fall began, then on from there
     return replace(
