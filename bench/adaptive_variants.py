@@ -208,8 +208,12 @@ def _spread(values: list[float]) -> dict[str, float] | None:
 
 
 def run_variant(
-    variant: str, url: str, *, units: int, workers: int, headers: str, max_s: float = 150.0
+    variant: str, url: str, *, units: int, workers: int, headers: str, max_s: float | None = None
 ) -> dict[str, Any]:
+    """One variant's run; cut off after ``max_s`` (default: 150 s, or twice the ideal
+    drain for a burst that needs more than 75 s)."""
+    if max_s is None:
+        max_s = max(150.0, 2.0 * ideal_drain_s(units))
     client = client_from_url(url)
     prefix = f"bench-variants-{uuid.uuid4().hex[:8]}"
     client.rpush(f"{prefix}:bench:units", *[f"{variant}-{i}" for i in range(units)])

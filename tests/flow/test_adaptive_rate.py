@@ -1502,6 +1502,27 @@ def test_scenario_with_the_pause_written_when_the_429_is_read_a_deep_fall_suspen
     assert reported >= 5
 
 
+def test_scenario_a_fall_at_a_low_rate_is_cut_deep_enough_before_a_suspension() -> None:
+    """3/s, 1.5/s from 40 s, 3/s from 100 s, the delays of real processes, 24 seeds. At
+    that rate a fall's 429s come about 3 s apart — more than the two ticks that made a
+    429 "a second in a row" — so each was cut × 0.9 (2.89 → 2.60 → 2.34/s) and the fifth
+    within 10 s suspended the fleet (seed 16); under the new capacity took up to 10 s.
+    A 429 within 10 calls of the last is a second in a row too: no seed suspended, every
+    seed at or under 1.5/s within 5 s."""
+    for seed in range(24):
+        run_ = run_model(
+            PRONE,
+            seconds=180,
+            capacity=3.0,
+            schedule=[(40.0, 1.5), (100.0, 3.0)],
+            **REAL_PROCESS_DELAYS,
+            seed=seed,
+        )
+
+        assert run_.suspensions == 0
+        assert (run_.under_s(40) or math.inf) <= 5
+
+
 def test_scenario_the_bench_schedule_costs_no_429_above_the_ceiling_of_before_the_dip() -> None:
     """The bench schedule (10/s, 4/s from 40 s for 20 s), the delays of real processes,
     24 seeds. Before: the climb after the dip went a whole factor past the ceiling of

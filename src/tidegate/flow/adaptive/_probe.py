@@ -62,6 +62,14 @@ _PROOF_MAX = 2.0
 #: ``max_quiet_s``: a minute's maintenance window at 25/s → 8/s, and the climb after
 #: it bisecting towards the 429s met in it, took 39-42 s to 90 % with two holds (51 s).
 _LATELY = 6.0
+#: A 429 within this many calls at the last rate (or two ticks, if longer) of the last
+#: rejection is a second in a row (see :func:`consecutive`). Measured on the model at
+#: 3 → 1.5/s: two ticks alone let a fall's 429s come 3 s apart, each cut × 0.9, and the
+#: fifth within 10 s suspended the fleet (1 of 24 seeds); 10 calls: none, and at or under
+#: the new capacity within 3-5 s instead of 3-10 s; 15 or 25 calls cut the slow start
+#: of a steady 3/s too deep (with 25, 0.97 → 0.87 of it used from 15 to 40 s). Above
+#: 4/s two ticks are longer, and nothing changes.
+_AGAIN_CALLS = 10.0
 
 __all__ = [
     "at_waypoint",
@@ -298,10 +306,14 @@ def new_ceiling(
 
 
 def consecutive(state: RateState, policy: RatePolicy, now_ms: float) -> bool:
-    """A 429 right after the last rejection (within two ticks of a settled cut): the
-    cut did not reach under the capacity, so the next one goes deeper."""
+    """A 429 right after the last rejection (within two ticks of a settled cut, or
+    ``_AGAIN_CALLS`` calls at the rate the cut left, whichever is longer): the cut did
+    not reach under the capacity, so the next one goes deeper. Counted in calls as well
+    as seconds because a gateway counts offences per time window whatever the rate: at
+    1.5/s a fall's 429s come seconds apart, not ticks."""
     at = state.last_rejection_ms
-    return at is not None and now_ms - at <= (policy.settle_s + 1.0) * 1000.0
+    window_s = max(policy.settle_s + 1.0, _AGAIN_CALLS / max(state.rate, 1e-9))
+    return at is not None and now_ms - at <= window_s * 1000.0
 
 
 def fallen_quiet_s(state: RateState, policy: RatePolicy) -> float:
