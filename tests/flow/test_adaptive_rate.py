@@ -1443,6 +1443,43 @@ def test_past_the_waypoint_a_ceiling_next_to_the_429_of_before_the_fall_is_held(
     assert (probed.reason, probed.state.ceiling) == ("reprobe", pytest.approx(10.05 * 1.05))
 
 
+def test_a_fall_that_begins_at_a_running_probe_keeps_its_waypoint() -> None:
+    """A probe from 9.49 to 9.97/s runs when the capacity falls to 4/s: its 429 is taken
+    for a failed probe (the ceiling back to 9.49, no cut of a fall, so no waypoint), and
+    the next 429, two seconds later, cuts deep — as the second cut of a fall it kept the
+    waypoint the first had recorded, which was none. The climb after the window then
+    bisected towards the fall's own 429s instead of going back to 9.49 (the model at
+    9.85/s: 41 s to 90 % after the rise in 5 of 12 seeds). That second cut records the
+    waypoint: the restored ceiling, and the failed probe's 429 above it."""
+    failed = decide_rate(
+        RateState(
+            rate=9.97,
+            ceiling=9.97,
+            probe_from=9.49,
+            bad_rate=10.44,
+            bad_ceiling=9.49,
+            last_rejection_ms=T0 - 20_000,
+            last_reprobe_ms=T0 - 3_000,
+            updated_ms=T0 - 1_000,
+        ),
+        RateWindow(successes=8, throttled=1, saturated=True, throttled_admitted_ms=T0 - 500),
+        PRONE,
+        now_ms=T0,
+    )
+    fall = decide_rate(
+        failed.state,
+        RateWindow(successes=3, throttled=1, saturated=True, throttled_admitted_ms=T0 + 1_500),
+        PRONE,
+        now_ms=T0 + 2_000,
+    )
+
+    assert failed.state.ceiling == pytest.approx(9.49)
+    assert failed.state.waypoint is None
+    assert fall.state.ceiling is not None and fall.state.ceiling < 5.0
+    assert fall.state.waypoint == pytest.approx(9.49)
+    assert fall.state.waypoint_bad == pytest.approx(9.97)
+
+
 def test_far_under_the_waypoint_a_probe_that_worked_goes_past_the_failed_probe_of_the_fall() -> (
     None
 ):

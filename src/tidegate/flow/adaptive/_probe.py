@@ -216,10 +216,13 @@ def cut_waypoint(
     it began (inert until a fall makes it count, see :func:`_waypoint`), a second cut
     keeps it, and within a recent fall the fall's waypoint stays until the climb
     reaches it."""
+    # A fall whose first 429 came to a running probe was taken for a failed probe,
+    # which records no waypoint: its second cut records one (the restored ceiling).
+    after_probe = state.restored_ms is not None and state.restored_ms == state.last_rejection_ms
     if _fell_lately(state, policy, ceiling, now_ms):
         if state.waypoint is not None or not fell:
             return state.waypoint, state.waypoint_bad
-    elif again:
+    elif again and not (after_probe and state.waypoint is None):
         return state.waypoint, state.waypoint_bad
     clean = state.probe_from if state.probe_from is not None else state.ceiling
     if clean is None or clean <= ceiling:
