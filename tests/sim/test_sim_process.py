@@ -8,6 +8,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,44 @@ def test_sim_process_that_dies_before_announcing_is_a_typed_error() -> None:
     usage error, both typed; never a hang or a bare JSON error."""
     with pytest.raises((SimProcessError, ConfigurationError)):
         SimProcess("no-such-sim").start()
+
+
+_PARENT = """
+import sys
+import time
+from tidegate.sim import SimProcess
+
+with SimProcess("tos", "--service-s", "0") as tos:
+    print(tos.url, flush=True)
+    sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_a_sim_process_does_not_outlive_a_parent_killed_without_warning() -> None:
+    """A demo SIGKILLed (the OOM killer, ``kill -9``) never runs ``stop()``: its TOS sim
+    kept serving on its port until someone found it. The sim holds the parent's end of
+    its stdin; when the parent dies the kernel closes it, and the sim exits."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = _first_line(parent).strip()
+        assert httpx.get(f"{url}/stats", timeout=10.0).status_code == 200
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 20.0
+        serving = True
+        while serving and time.monotonic() < deadline:
+            try:
+                httpx.get(f"{url}/stats", timeout=1.0)
+            except httpx.TransportError:
+                serving = False
+        assert not serving, "the sim still answers after its parent was killed"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.communicate(timeout=10)

@@ -3,7 +3,10 @@
 The first line on stdout is one JSON object, ``{"url": ..., "endpoint": ..., "kind":
 ..., "path": ..., "pid": ...}``, printed once the port is bound, so a parent process
 reads one line and starts calling. Nothing else goes to stdout; log lines go to
-stderr. SIGTERM or SIGINT stops the sim and exits 0.
+stderr. SIGTERM or SIGINT stops the sim and exits 0; so does the end of stdin with
+``--until-stdin-closes``: a parent that holds the pipe's other end and dies — a SIGKILL
+gives it no chance to send SIGTERM — takes the sim with it (the kernel closes the pipe),
+instead of leaving it serving on its port.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import functools
 import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import click
 
@@ -30,12 +34,22 @@ __all__ = ["main", "serve"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def serve(sim: SimServer, *, ready: Callable[[str], object] = click.echo) -> None:
-    """Start ``sim``, announce its URL through ``ready``, serve until SIGTERM/SIGINT.
+def serve(
+    sim: SimServer,
+    *,
+    ready: Callable[[str], object] = click.echo,
+    lifeline: IO[bytes] | None = None,
+) -> None:
+    """Start ``sim``, announce its URL through ``ready``, serve until SIGTERM/SIGINT
+    (or the end of ``lifeline``: its writer is gone).
 
     Must be called from the main thread (it installs signal handlers).
     """
     stop = threading.Event()
+    if lifeline is not None:
+        threading.Thread(
+            target=_until_closed, args=(lifeline, stop), name="sim-lifeline", daemon=True
+        ).start()
 
     def _stop(signum: int, frame: object) -> None:
         stop.set()
@@ -55,6 +69,13 @@ def serve(sim: SimServer, *, ready: Callable[[str], object] = click.echo) -> Non
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _until_closed(stream: IO[bytes], stop: threading.Event) -> None:
+    """Read ``stream`` to its end (nobody writes to it), then stop the sim."""
+    while stream.read(4096):
+        pass
+    stop.set()
 
 
 def _server_options(default_path: str) -> Callable[[_F], _F]:
@@ -78,6 +99,12 @@ def _server_options(default_path: str) -> Callable[[_F], _F]:
                 show_default=True,
                 help="Log lines (JSON) go to stderr.",
             ),
+            click.option(
+                "--until-stdin-closes",
+                is_flag=True,
+                help="Stop at the end of stdin: a parent holding it open takes the sim "
+                "with it when it dies.",
+            ),
         ]
         for option in reversed(options):
             command = option(command)
@@ -86,7 +113,7 @@ def _server_options(default_path: str) -> Callable[[_F], _F]:
     return decorate
 
 
-def _run(build: Callable[[], SimServer], log_level: str) -> None:
+def _run(build: Callable[[], SimServer], log_level: str, until_stdin_closes: bool) -> None:
     """Build the sim (bad settings are usage errors), then serve it."""
     configure(level=log_level)
     try:
@@ -94,7 +121,7 @@ def _run(build: Callable[[], SimServer], log_level: str) -> None:
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
-        serve(sim)
+        serve(sim, lifeline=sys.stdin.buffer if until_stdin_closes else None)
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {sim.host}: {exc}") from exc
 
@@ -158,6 +185,7 @@ def customs(
     port: int,
     path: str,
     log_level: str,
+    until_stdin_closes: bool,
 ) -> None:
     """The customs gateway: per-second token bucket, 429 + Retry-After, suspension."""
     build = functools.partial(
@@ -173,7 +201,7 @@ def customs(
         host=host,
         port=port,
     )
-    _run(build, log_level)
+    _run(build, log_level, until_stdin_closes)
 
 
 @main.command()
@@ -203,6 +231,7 @@ def tos(
     port: int,
     path: str,
     log_level: str,
+    until_stdin_closes: bool,
 ) -> None:
     """The terminal operating system: at most K requests in flight, 503 beyond."""
     build = functools.partial(
@@ -214,7 +243,7 @@ def tos(
         host=host,
         port=port,
     )
-    _run(build, log_level)
+    _run(build, log_level, until_stdin_closes)
 
 
 @main.command()
@@ -241,9 +270,10 @@ def database(
     port: int,
     path: str,
     log_level: str,
+    until_stdin_closes: bool,
 ) -> None:
     """The database: latency = base + per_writer × (concurrent writers − 1)."""
     build = functools.partial(
         DatabaseSim, base_latency_s, per_writer_s, path=path, host=host, port=port
     )
-    _run(build, log_level)
+    _run(build, log_level, until_stdin_closes)

@@ -55,7 +55,9 @@ class SimProcess:
 
     def __init__(self, kind: str, *args: str, start_timeout_s: float = START_TIMEOUT_S) -> None:
         self.kind = kind
-        self.args = (kind, *args)
+        # The sim holds our end of its stdin: if this process dies without stop() (a
+        # SIGKILL), the pipe closes and the sim exits instead of serving on its port.
+        self.args = (kind, "--until-stdin-closes", *args)
         self.start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[str] | None = None
         self._announced: dict[str, Any] = {}
@@ -82,6 +84,7 @@ class SimProcess:
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by stop()
         proc = subprocess.Popen(
             [sys.executable, "-m", "tidegate.sim", *self.args],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
