@@ -1475,7 +1475,8 @@ def test_a_fall_that_begins_at_a_running_probe_keeps_its_waypoint() -> None:
 
     assert failed.state.ceiling == pytest.approx(9.49)
     assert failed.state.waypoint is None
-    assert fall.state.ceiling is not None and fall.state.ceiling < 5.0
+    assert fall.state.ceiling is not None
+    assert fall.state.ceiling < 5.0
     assert fall.state.waypoint == pytest.approx(9.49)
     assert fall.state.waypoint_bad == pytest.approx(9.97)
 
