@@ -11,8 +11,8 @@ repeated 429s, a 429 pauses the gate for its ``Retry-After`` (the fleet-wide pau
 and once a second the controller decides from what came back. Deterministic, so tests
 can assert on it; the real thing is measured by ``bench/adaptive.py``.
 
-Real processes add two delays the controller must not mistake for evidence, and the
-model can add them too (both off by default, the model's first form):
+Real processes add delays the controller must not mistake for evidence, and the
+model can add them too (all off by default, the model's first form):
 
 * ``admit_lead_s`` — the gate reserves slots ahead for the workers waiting on it, so a
   call is *admitted* (its slot spaced at the rate in force then) up to this long before
@@ -27,7 +27,7 @@ model can add them too (both off by default, the model's first form):
   first form, which made every 429 admit up to ``report_s`` more calls into a bucket
   that had run dry.
 
-Together they make the echo of a failed probe: 429s from calls admitted before the
+The first two make the echo of a failed probe: 429s from calls admitted before the
 cut, counted after it. Each throttled call carries its admission time into the window
 (``RateWindow.throttled_admitted_ms``) unless ``stamped`` is off, like an observer
 that does not know it.
