@@ -25,7 +25,7 @@ from tidegate.integrations.celery.amqp_drain import (
 )
 from tidegate.integrations.celery.amqp_topology import AmqpTopology, declare_dead_letters
 from tidegate.integrations.celery.depth import AmqpDepthProbe
-from tidegate.load import DeadLetterQueue, ParkingLot
+from tidegate.load import DeadLetter, DeadLetterQueue, ParkingLot
 
 ENVELOPE = {"key": "VERMAS-0001", "type": "VERMAS", "bl_number": "BL42", "batch_id": "b-7"}
 
@@ -183,6 +183,46 @@ def test_a_message_over_the_delivery_limit_lands_in_tidegates_dlq_with_the_reaso
     assert "delivery limit" in letter.reason
     assert letter.payload["args"] == [ENVELOPE]
     assert (depth[work.name].total, depth[topology.dead_letter_queue].total) == (0, 0)
+
+
+def test_a_message_a_worker_rejected_keeps_the_workers_reason(
+    broker: Connection, topology: AmqpTopology, redis_client: redis.Redis, prefix: str
+) -> None:
+    """The discard guard writes its letter, then rejects; the broker dead-letters the
+    message and the drain found the key. Written again, the broker's vaguer "a worker
+    rejected it" replaced "refused untrusted content (pickle)" whenever the drain ran
+    before the reader (a flaky fleet test). Now the worker's record stays, and the
+    message still leaves the broker; a key no worker recorded gets the broker's letter."""
+    dead = declare_dead_letters(broker, topology)
+    dlq = DeadLetterQueue(redis_client, prefix=prefix)
+    worker_letter = dlq.add(
+        DeadLetter(
+            key="t-3",
+            task="edi.tos.push",
+            reason="refused untrusted content (pickle)",
+            exception="ContentDisallowed",
+            attempts=1,
+            payload={"task": "edi.tos.push"},
+        )
+    )
+    for task_id in ("t-3", "t-4"):
+        broker.Producer(serializer="json").publish(
+            {"anything": True},
+            exchange=topology.dead_letter_exchange,
+            routing_key="",
+            headers={**_death("rejected", queue="edi.tos"), "id": task_id},
+        )
+    drain = DeadLetterDrain(broker, dlq, topology=topology)
+    moved: list[int] = []
+    _poll(lambda: bool(moved.append(drain.drain_once()) or sum(moved) >= 2))
+
+    kept, unknown = dlq.get("t-3"), dlq.get("t-4")
+    assert kept == worker_letter
+    assert unknown is not None
+    assert unknown.exception == BROKER_DEAD_LETTERED
+    assert "rejected it without requeue" in unknown.reason
+    assert len(dlq) == 2
+    assert AmqpDepthProbe(broker).sample([dead.name])[dead.name].total == 0
 
 
 def test_a_letter_redis_refuses_stays_in_the_broker(

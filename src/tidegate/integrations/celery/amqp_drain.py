@@ -191,14 +191,20 @@ class DeadLetterDrain:
             if message is None:
                 break
             body = message.body
+            headers = message.headers or {}
             letter = letter_from_dead_message(
                 body if isinstance(body, bytes) else str(body).encode(),
                 content_type=str(message.content_type or ""),
-                headers=message.headers or {},
+                headers=headers,
                 delivery_limit=self.topology.delivery_limit,
             )
             try:
-                self.dlq.add(letter)
+                if self._already_recorded(letter, headers):
+                    log.info(
+                        "broker_dead_letter_already_recorded", key=letter.key, task=letter.task
+                    )
+                else:
+                    self.dlq.add(letter)
             except BackendError:
                 message.requeue()
                 log.warning("broker_dead_letter_requeued", key=letter.key, task=letter.task)
@@ -208,3 +214,23 @@ class DeadLetterDrain:
         if moved:
             log.info("broker_dead_letters_drained", letters=moved)
         return moved
+
+    def _already_recorded(self, letter: DeadLetter, headers: Mapping[str, Any]) -> bool:
+        """The broker's letter of a message a worker rejected after writing its own.
+
+        tidegate's discard guard writes the letter (``refused untrusted content
+        (pickle)``, ``unknown task``) *before* it rejects the message, and the broker
+        then dead-letters it: its "a worker rejected it" says less and, written second,
+        replaced the worker's reason (seen as a flaky ``test_pickle_message_is_refused_
+        and_reported[amqp]``). A record of the key that a worker wrote and no replay has
+        handed out since is that same decision; anything else — no record, a broker's
+        own, a unit out on replay — is written.
+        """
+        if _death(headers)[1] != "rejected":
+            return False
+        known = self.dlq.get(letter.key)
+        return (
+            known is not None
+            and known.exception != BROKER_DEAD_LETTERED
+            and known.in_replay_until is None
+        )
