@@ -138,6 +138,15 @@ def med(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def pct(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile as the ``int(q × n)``-th smallest value (the largest for
+    ``q = 1``); ``None`` when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def med_range(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
     """``"median [min–max]"``, or just the value when there is one."""
     if not values:

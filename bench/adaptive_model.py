@@ -76,18 +76,29 @@ def _seconds(values: list[float | None]) -> str:
     return f"{min(known):.0f}–{max(known):.0f}"
 
 
-def row(schedule: Schedule, seeds: range, delays: Mapping[str, object]) -> list[object]:
-    runs: list[ModelRun] = [
+def _runs(
+    capacity: float,
+    steps: tuple[tuple[float, float], ...],
+    seconds: int,
+    seeds: range,
+    delays: Mapping[str, object],
+) -> list[ModelRun]:
+    """One model run per seed of the controller's default suspension-prone box."""
+    return [
         run_model(
             RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True),
-            seconds=schedule.seconds,
-            capacity=schedule.capacity,
-            schedule=schedule.steps,
+            seconds=seconds,
+            capacity=capacity,
+            schedule=steps,
             seed=seed,
             **delays,  # type: ignore[arg-type]
         )
         for seed in seeds
     ]
+
+
+def row(schedule: Schedule, seeds: range, delays: Mapping[str, object]) -> list[object]:
+    runs = _runs(schedule.capacity, schedule.steps, schedule.seconds, seeds, delays)
     rise = [r.reach_s(schedule.rise_at) for r in runs] if schedule.rise_at else []
     fall = [r.under_s(schedule.fall_at) for r in runs] if schedule.fall_at else []
     return [
@@ -105,17 +116,7 @@ SWEEP = (8.7, 9.2, 9.5, 9.85, 10.0, 10.3, 10.7, 11.3, 12.0, 15.0, 20.0, 25.0)
 
 
 def sweep_row(capacity: float, seeds: range, delays: Mapping[str, object]) -> list[object]:
-    runs = [
-        run_model(
-            RatePolicy(min_rate=1.0, max_rate=50.0, suspension_prone=True),
-            seconds=150,
-            capacity=capacity,
-            schedule=((40.0, 0.4 * capacity), (60.0, capacity)),
-            seed=seed,
-            **delays,  # type: ignore[arg-type]
-        )
-        for seed in seeds
-    ]
+    runs = _runs(capacity, ((40.0, 0.4 * capacity), (60.0, capacity)), 150, seeds, delays)
     rise = [r.reach_s(60) for r in runs]
     return [
         f"{capacity:g}/s",

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from _harness import pct
 from tidegate._redis import client_from_url
 from tidegate.downstream import classify_response, parse_rate_limit_headers
 from tidegate.errors import Throttled
@@ -46,6 +47,7 @@ from tidegate.flow.adaptive import (
 from tidegate.settings import GatePolicy
 from tidegate.sim import CustomsSim
 
+SPREAD = (("p50", 0.5), ("p90", 0.9), ("max", 1.0))
 VARIANTS = ("fixed_quota", "fixed_floor", "aimd_per_process", "tidegate_adaptive")
 BASE, DIP, DIP_AT_S, DIP_S = 10.0, 4.0, 40.0, 20.0
 FIXED = {"fixed_quota": 10.0, "fixed_floor": 3.0}
@@ -197,14 +199,11 @@ def _reach_s(accepted: list[float], start: float, end: float) -> float | None:
 
 
 def _spread(values: list[float]) -> dict[str, float] | None:
-    """p50, p90 and the largest of sorted ``values`` (``None`` when there are none)."""
+    """p50, p90 and the largest of ``values`` (``None`` when there are none)."""
     if not values:
         return None
-    return {
-        "p50": round(values[len(values) // 2], 2),
-        "p90": round(values[min(len(values) - 1, int(len(values) * 0.9))], 2),
-        "max": round(values[-1], 2),
-    }
+    spread = {name: pct(values, q) for name, q in SPREAD}
+    return {name: round(value, 2) for name, value in spread.items() if value is not None}
 
 
 def run_variant(
@@ -249,7 +248,7 @@ def run_variant(
             proc.join(timeout=600)
         stats = sim.stats(timeline=False)
     rows = [json.loads(raw) for raw in client.lrange(f"{prefix}:bench:out", 0, -1)]
-    paused_ms = sorted(row[2] for row in rows if len(row) > 2)
+    paused_ms = [row[2] for row in rows if len(row) > 2]
     history = _rate_history(client, prefix, t0) if variant == "tidegate_adaptive" else None
     for key in client.scan_iter(match=f"{prefix}:*"):
         client.delete(key)

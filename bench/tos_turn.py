@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _harness import pct
 from tidegate.harness.scenarios import vessel
 from tidegate.harness.scenarios.vessel import Sample, VesselConfig, run_vessel_demo
 from tidegate.logging import configure as configure_logging
@@ -66,13 +67,6 @@ def _capture_sims(store: dict[str, Any]) -> None:
             store["tos_stats"] = tos.stats()
 
     vessel.simulated_downstreams = wrapped  # type: ignore[assignment]
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -171,8 +165,8 @@ def _hold_segments(turns: list[dict[str, Any]], service_s: float) -> dict[str, d
     return {
         name: {
             "mean": round(statistics.fmean(v), 2),
-            "p50": _round(_pct(v, 0.5)),
-            "p90": _round(_pct(v, 0.9)),
+            "p50": _round(pct(v, 0.5)),
+            "p90": _round(pct(v, 0.9)),
         }
         for name, v in segs.items()
     }
@@ -210,16 +204,16 @@ def _analyse_turns(turns: list[dict[str, Any]], service_s: float) -> dict[str, A
     return {
         "tasks": len(turns),
         "step_ms_p50": {k: round(statistics.median(v), 2) for k, v in sorted(steps.items())},
-        "step_ms_p90": {k: _round(_pct(v, 0.9)) for k, v in sorted(steps.items())},
+        "step_ms_p90": {k: _round(pct(v, 0.9)) for k, v in sorted(steps.items())},
         "lease_held_minus_service_ms": {
-            "p50": _round(_pct(held_idle, 0.5)),
-            "p90": _round(_pct(held_idle, 0.9)),
+            "p50": _round(pct(held_idle, 0.5)),
+            "p90": _round(pct(held_idle, 0.9)),
             "mean": round(statistics.fmean(held_idle), 2) if held_idle else None,
         },
-        "prerun_to_acquire_ms_p50": _round(_pct(pre_acquire, 0.5)),
+        "prerun_to_acquire_ms_p50": _round(pct(pre_acquire, 0.5)),
         "postrun_to_next_prerun_ms": {
-            "p50": _round(_pct(between, 0.5)),
-            "p90": _round(_pct(between, 0.9)),
+            "p50": _round(pct(between, 0.5)),
+            "p90": _round(pct(between, 0.9)),
         },
         "hold_segments_ms": _hold_segments(turns, service_s),
         "_held": held,
@@ -316,8 +310,8 @@ def main() -> None:
             "busy_whole": round(_clip_busy(service, first, last, lanes), 4),
             "busy_middle_80": round(_clip_busy(service, mid_lo, mid_hi, lanes), 4),
             "lane_gap_ms": {
-                "p50": _round(_pct([g * 1000 for g in gaps], 0.5)),
-                "p90": _round(_pct([g * 1000 for g in gaps], 0.9)),
+                "p50": _round(pct([g * 1000 for g in gaps], 0.5)),
+                "p90": _round(pct([g * 1000 for g in gaps], 0.9)),
                 "mean": round(statistics.fmean(gaps) * 1000, 2),
             },
         },
@@ -331,12 +325,12 @@ def main() -> None:
             "tos_queue_empty_share": round(sum(d == 0 for d in in_drain) / len(in_drain), 3)
             if in_drain
             else None,
-            "tos_queue_depth_p50": _pct([float(d) for d in in_drain], 0.5),
+            "tos_queue_depth_p50": pct([float(d) for d in in_drain], 0.5),
             "tos_queue_depth_max": max(in_drain, default=0),
         },
         "turn": turns,
-        "call_split_ms_p50": {k: _round(_pct(v, 0.5)) for k, v in split.items()},
-        "call_split_ms_p90": {k: _round(_pct(v, 0.9)) for k, v in split.items()},
+        "call_split_ms_p50": {k: _round(pct(v, 0.5)) for k, v in split.items()},
+        "call_split_ms_p90": {k: _round(pct(v, 0.9)) for k, v in split.items()},
         "in_process_sim_connections": sims["connections"],
         "supply_tos_per_s": _supply(samples_tos),
     }
