@@ -68,13 +68,15 @@ def test_a_redis_restart_puts_the_ledger_in_doubt_for_doubt_s() -> None:
         client = redis.Redis.from_url(server.url)
         ledger = DeliveryLedger(client, prefix="t")
         calm = DeliveryLedger(client, prefix="t", doubt_s=0)
-        size = server.aof_size()
         first = ledger.entry("tos", "K-9")  # the first sight of a server is no restart
         again = ledger.entry("tos", "K-9")
-        # everysec may hold a write back while an fsync runs: wait for the file.
+        # everysec may hold a write back up to 2 s while an fsync runs, and the script's
+        # own SCRIPT LOAD reaches the file first: wait for the epoch record itself.
+        epoch = Keyspace("t").ledger_epoch("tos").encode()
         deadline = time.monotonic() + 10
-        while server.aof_size() <= size and time.monotonic() < deadline:
+        while epoch not in server.aof_path.read_bytes() and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert epoch in server.aof_path.read_bytes(), "redis never wrote the epoch"
         server.kill()
         server.start()
         client.connection_pool.disconnect()
