@@ -21,12 +21,21 @@ around and above 10/s instead: the controller's maths were tuned at 10/s, and wh
 bisection's levels land against the capacity (a ceiling 1 % over it runs clean for
 20 s against a bucket's burst of 2) decides much of what a run costs.
 
-Run: ``python bench/adaptive_model.py [--seeds 24] [--pause-s report|SECONDS] [--sweep]``.
+``--tick-s`` and ``--tick-jitter-s`` space the controller's ticks as a real one's drift
+(1.0025-1.003 s apart on the bench's runs) instead of exact seconds. ``--wake-on-429``
+(``on`` by default, as the live loop does since it waits on the window's 429 token)
+lets a 429's report wake the controller at once; ``off`` is the tick-only loop of
+before. ``--ticks`` runs every schedule and the sweep over four tick spacings, both
+ways, side by side.
+
+Run: ``python bench/adaptive_model.py [--seeds 24] [--pause-s report|SECONDS] [--sweep]
+[--tick-s 1.003] [--tick-jitter-s 0.005] [--wake-on-429 on|off] [--ticks]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -129,13 +138,93 @@ def sweep_row(capacity: float, seeds: range, delays: Mapping[str, object]) -> li
     ]
 
 
+#: Tick spacings for ``--ticks`` as (tick_s, tick_jitter_s): exact seconds, and the
+#: drift of a real controller's loop (a tick plus its own run time: 1.0025-1.003 s apart
+#: on the bench's runs), and more.
+TICKS = ((1.0, 0.0), (1.0, 0.006), (1.003, 0.01), (1.01, 0.02))
+
+
+def ticks_row(
+    name: str,
+    *,
+    capacity: float,
+    steps: tuple[tuple[float, float], ...],
+    seconds: int,
+    windows: tuple[tuple[int, int], int | None, int | None],
+    seeds: range,
+    delays: Mapping[str, object],
+) -> list[object]:
+    """One schedule over every spacing in :data:`TICKS`, the controller woken by a 429
+    (the live loop) and not: runs suspended, runs over 30 s to 90 % after the rise,
+    median 429 share, median late utilisation, the slowest return under a fall."""
+    late, rise_at, fall_at = windows
+    cells: list[object] = [name]
+    for wake in (False, True):
+        runs = [
+            run
+            for tick_s, jitter_s in TICKS
+            for run in _runs(
+                capacity,
+                steps,
+                seconds,
+                seeds,
+                {**delays, "tick_s": tick_s, "tick_jitter_s": jitter_s, "wake_on_429": wake},
+            )
+        ]
+        slow = sum((r.reach_s(rise_at) or math.inf) > 30 for r in runs) if rise_at else 0
+        under = [r.under_s(fall_at) for r in runs] if fall_at else []
+        cells += [
+            f"{sum(r.suspensions > 0 for r in runs)} of {len(runs)}",
+            str(slow) if rise_at else "—",
+            f"{100 * statistics.median(r.throttled_share() for r in runs):.2f} %",
+            f"{statistics.median(r.utilisation(*late) for r in runs):.3f}",
+            (f"{max(v or math.inf for v in under):.0f}" if under else "—"),
+        ]
+    return cells
+
+
+def ticks_table(seeds: range, delays: Mapping[str, object]) -> str:
+    rows = [
+        ticks_row(
+            s.name, capacity=s.capacity, steps=s.steps, seconds=s.seconds,
+            windows=(s.late, s.rise_at, s.fall_at), seeds=seeds, delays=delays,
+        )
+        for s in SCHEDULES
+    ] + [
+        ticks_row(
+            f"sweep {c:g}/s", capacity=c, steps=((40.0, 0.4 * c), (60.0, c)), seconds=150,
+            windows=((75, 150), 60, 40), seeds=seeds, delays=delays,
+        )
+        for c in SWEEP if c != 10.0  # the bench's own schedule, above
+    ]  # fmt: skip
+    head = ["schedule"] + [
+        f"{column} ({side})"
+        for side in ("tick only", "woken by a 429")
+        for column in ("suspended", "> 30 s to 90 %", "429 share", "late use", "under (s)")
+    ]
+    return md_table(head, rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=24)
     parser.add_argument("--pause-s", default="report")
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--tick-s", type=float, default=1.0)
+    parser.add_argument("--tick-jitter-s", type=float, default=0.0)
+    parser.add_argument("--wake-on-429", choices=["on", "off"], default="on")
+    parser.add_argument("--ticks", action="store_true")
     args = parser.parse_args(argv)
-    delays = {**DELAYS, "pause_s": None if args.pause_s == "report" else float(args.pause_s)}
+    delays = {
+        **DELAYS,
+        "pause_s": None if args.pause_s == "report" else float(args.pause_s),
+        "tick_s": args.tick_s,
+        "tick_jitter_s": args.tick_jitter_s,
+        "wake_on_429": args.wake_on_429 == "on",
+    }
+    if args.ticks:
+        print(ticks_table(range(args.seeds), delays))
+        return 0
     if args.sweep:
         head = [
             "capacity (40 % from 40 to 60 s)", "runs suspended", "429 share",

@@ -27,6 +27,12 @@ model can add them too (all off by default, the model's first form):
   first form, which made every 429 admit up to ``report_s`` more calls into a bucket
   that had run dry.
 
+* ``tick_s`` / ``tick_jitter_s`` — a real controller's ticks drift (its loop waits a
+  tick after each run: 1.0025-1.003 s apart on the bench's runs), so a ceiling's windows
+  do not stay lined up with a bucket's refills the way exact seconds do;
+* ``wake_on_429`` — the live loop waits on the window's 429 token between ticks and
+  decides as soon as a 429 is reported (its next tick comes ``tick_s`` after that).
+
 The first two make the echo of a failed probe: 429s from calls admitted before the
 cut, counted after it. Each throttled call carries its admission time into the window
 (``RateWindow.throttled_admitted_ms``) unless ``stamped`` is off, like an observer
@@ -174,6 +180,8 @@ class _Fleet:
         self.rates_at, self.rates = [0.0], [rate]  # the gate's rate from each tick on
         self.admit_lead_s, self.report_s, self.pause_s = admit_lead_s, report_s, pause_s
         self.slot = self.paused_until = 0.0
+        self.last_tick = 0.0  # when the controller last decided
+        self.throttled_at: list[float] = []  # heap: when each pending 429 is reported
         self.pauses: list[tuple[float, float]] = []  # heap: (known_at, until)
         self.reports: list[tuple[float, int, bool, float]] = []  # heap: (at, n, ok, admitted)
         self.sent = 0
@@ -193,6 +201,8 @@ class _Fleet:
         """Record one answer and space the slot after it."""
         known = slot if self.report_s == 0 else arrival + rng.uniform(0.0, self.report_s)
         heapq.heappush(self.reports, (known, self.sent, retry is None, admitted))
+        if retry is not None:
+            heapq.heappush(self.throttled_at, known)
         self.sent += 1
         if retry is not None:
             written = known
@@ -202,8 +212,30 @@ class _Fleet:
         rate = self.rates[bisect_right(self.rates_at, max(0.0, admitted)) - 1]
         self.slot += 1.0 / rate
 
+    def woken_at(self, regular: float) -> float:
+        """When the controller decides next, woken by a 429's report: the earliest 429
+        not yet in a window if it comes before the ``regular`` tick."""
+        if self.throttled_at and self.throttled_at[0] < regular:
+            return max(self.throttled_at[0], self.last_tick) + 1e-6
+        return regular
+
+    def rate_window(self, end: float, hint: RateLimitHint | None, *, stamped: bool) -> RateWindow:
+        """The controller's window at ``end``, every call saturated (unlimited backlog)."""
+        seen = self.window(end)
+        stamp = seen.admitted_max if stamped else None
+        return RateWindow(
+            successes=seen.ok,
+            throttled=seen.throttled,
+            saturated=True,
+            sent_rate=float(seen.ok + seen.throttled) / (end - self.last_tick),
+            hint=hint,
+            throttled_admitted_ms=None if stamp is None else stamp * 1000.0,
+        )
+
     def window(self, end: float) -> _Window:
         """Take the answers reported before ``end``."""
+        while self.throttled_at and self.throttled_at[0] < end:
+            heapq.heappop(self.throttled_at)
         window = _Window()
         while self.reports and self.reports[0][0] < end:
             _, _, accepted, admitted = heapq.heappop(self.reports)
@@ -218,6 +250,32 @@ class _Fleet:
     def retune(self, at: float, rate: float) -> None:
         self.rates_at.append(at)
         self.rates.append(rate)
+
+
+@dataclass
+class _Wire:
+    """A call's way to the downstream: its arrival jitter, the answer, the headers."""
+
+    customs: _Customs
+    rng: random.Random
+    jitter_s: float
+    advertise: Callable[[float], RateLimitHint | None] | None
+    headers: bool
+    capacity: float
+    schedule: Schedule
+    hint: RateLimitHint | None = None  # the latest answer's rate-limit headers
+
+    def send(self, slot: float) -> tuple[float, float | None]:
+        """``(arrival, retry_after)`` of the call in ``slot``; ``None``: accepted."""
+        arrival = slot + (self.rng.uniform(0.0, self.jitter_s) if self.jitter_s else 0.0)
+        retry_after = self.customs.call(arrival)
+        if self.advertise is not None:
+            self.hint = self.advertise(arrival)
+        elif self.headers:
+            # The downstream's rate as ``X-RateLimit-Limit-Minute`` advertises it.
+            rate = capacity_at(arrival, self.capacity, self.schedule)
+            self.hint = RateLimitHint(limit=rate * 60.0, window_s=60.0, source="x-ratelimit")
+        return arrival, retry_after
 
 
 def run_model(
@@ -238,6 +296,9 @@ def run_model(
     report_s: float = 0.0,
     pause_s: float | None = None,
     stamped: bool = True,
+    tick_s: float = 1.0,
+    tick_jitter_s: float = 0.0,
+    wake_on_429: bool = False,
 ) -> ModelRun:
     """Run the loop for ``seconds`` with an unlimited backlog.
 
@@ -255,7 +316,16 @@ def run_model(
         pause_s: each 429 pauses the fleet up to this long after its call reached the
             downstream, seconds; ``None``: when its answer is reported (``report_s``).
         stamped: throttled calls carry their admission time into the window.
+        tick_s, tick_jitter_s: the controller decides every ``tick_s`` seconds plus up
+            to ``tick_jitter_s`` more (drawn apart from the calls' jitter, so a run with
+            the defaults is the same as before they existed). A real controller's ticks
+            drift (1.0025-1.003 s apart on the bench's runs), so a ceiling's first
+            windows do not line up with a bucket's refills as exact seconds do.
+        wake_on_429: the controller also decides as soon as a 429 is reported, not at
+            its next tick (and ticks ``tick_s`` after that).
     """
+    if not (tick_s > 0 and tick_jitter_s >= 0):
+        raise ValueError("tick_s must be > 0 and tick_jitter_s >= 0")
     rng = random.Random(seed)
     customs = _Customs(capacity, burst, schedule, suspend_after, suspend_s)
     state: RateState | None = None
@@ -266,45 +336,43 @@ def run_model(
         assert fixed_rate is not None
         rate = fixed_rate
     fleet = _Fleet(rate, admit_lead_s=admit_lead_s, report_s=report_s, pause_s=pause_s)
-    out = ModelRun()
-    hint: RateLimitHint | None = None
-    for second in range(seconds):
-        end = second + 1.0
-        accepted = throttled = 0
-        while (call := fleet.next_slot(end)) is not None:
+    out = ModelRun(
+        accepted=[0] * seconds,
+        throttled=[0] * seconds,
+        capacity=[capacity_at(second, capacity, schedule) for second in range(seconds)],
+    )
+    wire = _Wire(customs, rng, jitter_s, advertise, headers, capacity, schedule)
+    ticks = random.Random(f"ticks-{seed}")
+    tick_end = 0.0
+    while len(out.rate) < seconds:
+        regular = tick_end + tick_s + (ticks.uniform(0.0, tick_jitter_s) if tick_jitter_s else 0.0)
+        tick_end = regular
+        while True:
+            if wake_on_429:
+                tick_end = fleet.woken_at(regular)
+            call = fleet.next_slot(min(tick_end, float(seconds)))
+            if call is None:
+                break
             slot, admitted = call
-            arrival = slot + (rng.uniform(0.0, jitter_s) if jitter_s else 0.0)
-            retry_after = customs.call(arrival)
-            if advertise is not None:
-                hint = advertise(arrival)
-            elif headers:
-                cap = capacity_at(arrival, capacity, schedule)
-                hint = RateLimitHint(limit=cap * 60.0, window_s=60.0, source="x-ratelimit")
-            if retry_after is None:
-                accepted += 1
-            else:
-                throttled += 1
+            arrival, retry_after = wire.send(slot)
+            counts = out.accepted if retry_after is None else out.throttled
+            counts[int(slot)] += 1
             fleet.answered(rng, slot, admitted, arrival, retry_after)
-        out.accepted.append(accepted)
-        out.throttled.append(throttled)
-        out.capacity.append(capacity_at(second, capacity, schedule))
+        # The rate at the end of each whole second before this tick's decision.
+        while len(out.rate) < seconds and len(out.rate) + 1 < tick_end - 1e-9:
+            out.rate.append(rate)
+        if tick_end > seconds:
+            break
         if policy is not None and state is not None:
-            seen = fleet.window(end)
-            stamp = seen.admitted_max if stamped else None
-            window = RateWindow(
-                successes=seen.ok,
-                throttled=seen.throttled,
-                saturated=True,
-                sent_rate=float(seen.ok + seen.throttled),
-                hint=hint,
-                throttled_admitted_ms=None if stamp is None else stamp * 1000.0,
-            )
-            decision = decide_rate(state, window, policy, now_ms=end * 1000.0)
+            window = fleet.rate_window(tick_end, wire.hint, stamped=stamped)
+            decision = decide_rate(state, window, policy, now_ms=tick_end * 1000.0)
             state = decision.state
             if state.rate != rate:
-                out.decisions.append((second, decision.reason, state.rate))
-                fleet.retune(end, state.rate)
+                out.decisions.append((math.ceil(tick_end) - 1, decision.reason, state.rate))
+                fleet.retune(tick_end, state.rate)
             rate = state.rate
-        out.rate.append(rate)
+        fleet.last_tick = tick_end
+        if abs(tick_end - round(tick_end)) < 1e-9 and len(out.rate) < seconds:
+            out.rate.append(rate)
     out.suspensions = customs.suspensions
     return out
