@@ -56,12 +56,20 @@ def test_every_family_layout_is_pinned() -> None:
     assert KS.limits_pattern() == "tg:gate:{*"
     assert Keyspace("a*b").limits_pattern(kind="sem") == "a\\*b:sem:{*"
     adaptive = KS.adaptive("tos")
-    assert (adaptive.lease, adaptive.state, adaptive.history, adaptive.policy, adaptive.obs) == (
+    assert (
+        adaptive.lease,
+        adaptive.state,
+        adaptive.history,
+        adaptive.policy,
+        adaptive.obs,
+        adaptive.wake,
+    ) == (
         "tg:adaptive:{tos}:lease",
         "tg:adaptive:{tos}:state",
         "tg:adaptive:{tos}:history",
         "tg:adaptive:{tos}:policy",
         "tg:adaptive:{tos}:obs",
+        "tg:adaptive:{tos}:wake",
     )
     assert KS.adaptive_states() == "tg:adaptive:{*}:state"
     assert KS.delivered("tos", "K-1") == "tg:delivered:{tos}:K-1"
@@ -169,7 +177,7 @@ def test_the_keys_of_one_store_or_limit_share_one_slot(prefix: str) -> None:
         assert len(_slots([getattr(limit, f) for f in GateKeys.__slots__])) == 1
     adaptive = ks.adaptive("tos")
     assert len(_slots([adaptive.lease, adaptive.state, adaptive.history])) == 1
-    assert len(_slots([adaptive.policy, adaptive.obs, adaptive.lease])) == 1
+    assert len(_slots([adaptive.policy, adaptive.obs, adaptive.wake, adaptive.lease])) == 1
     assert (
         len(_slots([ks.delivered("tos", f"K-{i}") for i in range(50)] + [ks.ledger_epoch("tos")]))
         == 1

@@ -77,7 +77,9 @@ class AdaptiveKeys:
     """Every key of one downstream's adaptive controller (tag: the downstream).
 
     The fenced write touches lease, state and history in one script. ``policy`` holds
-    the operator's live overrides, ``obs`` the current observation window.
+    the operator's live overrides, ``obs`` the current observation window, ``wake`` a
+    token while that window holds a 429 (the controller blocks on it between ticks,
+    so it decides on a 429 at once).
     """
 
     name: str
@@ -86,6 +88,7 @@ class AdaptiveKeys:
     history: str
     policy: str
     obs: str
+    wake: str
 
     @classmethod
     def build(cls, name: str, *, prefix: str = DEFAULT_PREFIX) -> AdaptiveKeys:
@@ -250,6 +253,7 @@ class Keyspace:
             f"{base}:history",
             f"{base}:policy",
             f"{base}:obs",
+            f"{base}:wake",
         )
 
     def adaptive_states(self) -> str:

@@ -88,6 +88,37 @@ def test_reports_add_up_and_a_drain_starts_a_new_window(
     assert store.drain(keys) == Observations()
 
 
+def test_a_429_leaves_one_wake_token_that_a_wait_or_the_drain_takes(
+    store: AdaptiveStore, keys: AdaptiveKeys
+) -> None:
+    """The controller's loop waits on it between ticks: only a 429 leaves it (a success
+    or a 503 does not), two 429s leave one, and the drain takes it with the window."""
+    assert store.wait_rejection(keys, 0) is False
+    store.observe(keys, "ok", latency_ms=10.0)
+    store.observe(keys, "unavailable")
+    assert store.wait_rejection(keys, 0) is False
+
+    store.observe(keys, "throttled")
+    store.observe(keys, "throttled")
+    assert store.wait_rejection(keys, 0) is True
+    assert store.wait_rejection(keys, 0) is False
+    assert store.drain(keys).throttled == 2  # taking the token leaves the window
+
+    store.observe(keys, "throttled")
+    store.drain(keys)
+    assert store.wait_rejection(keys, 0) is False
+
+
+def test_a_wait_without_a_429_ends_empty_and_a_bad_timeout_is_refused(
+    store: AdaptiveStore, keys: AdaptiveKeys
+) -> None:
+    store.observe(keys, "ok", latency_ms=10.0)
+    assert store.wait_rejection(keys, 0.05) is False
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ConfigurationError):
+            store.wait_rejection(keys, bad)
+
+
 @pytest.mark.parametrize(
     ("outcome", "latency_ms", "in_flight"),
     [("late", None, 0), ("ok", 0.0, 0), ("ok", float("nan"), 0), ("ok", None, -1)],

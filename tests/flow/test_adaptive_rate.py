@@ -1540,6 +1540,34 @@ def test_scenario_with_the_pause_written_when_the_429_is_read_a_deep_fall_suspen
     assert reported >= 5
 
 
+def test_scenario_with_drifting_ticks_a_controller_woken_by_the_429_suspends_nobody() -> None:
+    """25/s, 8/s from 40 s, 25/s from 100 s, the pause written at once, and ticks that
+    drift as a real loop's do (1.003 s plus up to 10 ms). Deciding only at the ticks,
+    some seeds are suspended: the fleet's 1-s pause for the fall's first 429 ends about
+    when the next tick comes, and calls resumed at the old rate before it cut — each
+    429 of them counting at the gateway. Woken by the 429's report (the live loop waits
+    on the window's 429 token), the cut is in force before the pause ends: none is."""
+    delays = {**REAL_PROCESS_DELAYS, "pause_s": 0.02, "tick_s": 1.003, "tick_jitter_s": 0.01}
+    woken = ticked = 0
+    for seed in range(24):
+        kwargs: dict[str, Any] = {
+            "seconds": 180,
+            "capacity": 25.0,
+            "schedule": [(40.0, 8.0), (100.0, 25.0)],
+            "seed": seed,
+        }
+        woken += run_model(PRONE, **kwargs, **delays, wake_on_429=True).suspensions > 0
+        ticked += run_model(PRONE, **kwargs, **delays).suspensions > 0
+
+    assert woken == 0
+    assert ticked >= 2
+
+
+def test_the_model_refuses_a_tick_that_does_not_move_on() -> None:
+    with pytest.raises(ValueError, match="tick_s"):
+        run_model(PRONE, seconds=10, capacity=10.0, tick_s=0.0)
+
+
 def test_scenario_a_fall_at_a_low_rate_is_cut_deep_enough_before_a_suspension() -> None:
     """3/s, 1.5/s from 40 s, 3/s from 100 s, the delays of real processes, 24 seeds. At
     that rate a fall's 429s come about 3 s apart — more than the two ticks that made a

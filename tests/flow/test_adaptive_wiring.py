@@ -1,9 +1,12 @@
 """The controller in the workers: settings, the tick loop and its hand-over, the gauges.
 
-Real Redis; the loops are ticked by hand (``AdaptiveLoop.tick``) so nothing sleeps.
+Real Redis; the loops are ticked by hand (``AdaptiveLoop.tick``) so nothing sleeps,
+except where the loop's own thread is the point.
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 import redis
@@ -137,3 +140,44 @@ def test_the_loop_thread_ticks_and_stops(redis_client: redis.Redis, prefix: str)
     assert loop._thread is not None
     assert not loop._thread.is_alive()
     assert RedisAdaptiveStore(redis_client).leader(Keyspace(prefix).adaptive("customs")) is None
+
+
+def test_the_leading_loop_decides_on_a_429_at_once_not_at_its_next_tick(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    """A loop that ticks once a minute, leading: a 429 reported by any worker wakes it,
+    and the cut (with its ceiling) is stored and applied to the gate long before the
+    next tick. The fleet's pause for that 429 lasts its Retry-After, often 1 s: a cut
+    made at the next tick may come after calls went out again at the old rate."""
+    store = RedisAdaptiveStore(redis_client)
+    policy = AdaptivePolicy(
+        rate=RatePolicy(min_rate=1.0, max_rate=20.0, start_rate=8.0, suspension_prone=True)
+    )
+    controller = AdaptiveController(store, "customs", policy, prefix=prefix, holder="w1")
+    gate = Gate(redis_client, "customs", policy=GatePolicy(rate=8.0), prefix=prefix)
+    loop = AdaptiveLoop(controller, gate, tick_s=60.0)
+    keys = Keyspace(prefix).adaptive("customs")
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while store.leader(keys) != "w1" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.leader(keys) == "w1", "the loop never took the lease"
+        before = store.load(keys).rate
+        assert before is None or before.ceiling is None
+
+        AdaptiveReporter(controller).observe("throttled", latency_ms=None, hint=None)
+        learned = None
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            learned = store.load(keys).rate
+            if learned is not None and learned.ceiling is not None:
+                break
+            time.sleep(0.01)
+    finally:
+        loop.stop()
+
+    assert learned is not None, "no decision before the tick"
+    assert learned.ceiling is not None, "no cut before the tick"
+    assert learned.rate < 8.0
+    assert gate.state().policy.rate == pytest.approx(learned.rate)

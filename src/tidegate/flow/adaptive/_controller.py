@@ -182,6 +182,12 @@ class AdaptiveController:
             apply_tick(gate, tick)
         return tick
 
+    def wait_rejection(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a 429 in the fleet's window (see
+        :meth:`AdaptiveStore.wait_rejection`); True if one came. Only the controller's
+        loop waits here: a 429 is decided on at once rather than at the next tick."""
+        return self.store.wait_rejection(self.keys, timeout_s)
+
     def report(
         self,
         outcome: CallOutcome,

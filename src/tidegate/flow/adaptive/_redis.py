@@ -25,10 +25,12 @@ from tidegate.flow.adaptive._observe import (
 from tidegate.flow.adaptive._store import (
     DEFAULT_HISTORY_MAX,
     OBS_TTL_MS,
+    WAIT_SLICE_S,
     AdaptiveKeys,
     AdaptiveRecord,
     check_history_max,
     check_ttl_ms,
+    check_wait_s,
     decode_event,
     decode_record,
     encode_event,
@@ -158,10 +160,22 @@ class RedisAdaptiveStore:
             "" if admitted_ms is None else repr(float(admitted_ms)),
         ]
         with map_redis_errors("adaptive observe"):
-            self._observe([keys.obs], args)
+            self._observe([keys.obs, keys.wake], args)
 
     def drain(self, keys: AdaptiveKeys) -> Observations:
         with map_redis_errors("adaptive drain"):
-            flat = self._drain([keys.obs])
+            flat = self._drain([keys.obs, keys.wake])
         fields = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
         return observations_from_fields(fields)
+
+    def wait_rejection(self, keys: AdaptiveKeys, timeout_s: float) -> bool:
+        check_wait_s(timeout_s)
+        if timeout_s == 0:
+            with map_redis_errors("adaptive wake"):
+                return self.client.lpop(keys.wake) is not None
+        # BLPOP takes the token; the next drain would have taken it anyway, and the
+        # window it stands for is still there. Bounded by WAIT_SLICE_S so the client's
+        # socket timeout never cuts a wait short.
+        with map_redis_errors("adaptive wake"):
+            popped = self.client.blpop([keys.wake], timeout=min(timeout_s, WAIT_SLICE_S))
+        return popped is not None

@@ -39,12 +39,14 @@ from tidegate.keys import AdaptiveKeys
 __all__ = [
     "DEFAULT_HISTORY_MAX",
     "OBS_TTL_MS",
+    "WAIT_SLICE_S",
     "AdaptiveKeys",
     "AdaptiveRecord",
     "AdaptiveStore",
     "MemoryAdaptiveStore",
     "check_history_max",
     "check_ttl_ms",
+    "check_wait_s",
     "decode_event",
     "decode_record",
     "encode_event",
@@ -53,6 +55,11 @@ __all__ = [
 
 #: An observation window nobody drains (no controller running) expires after this, ms.
 OBS_TTL_MS = 600_000
+
+#: The longest single blocking wait for a rejection, seconds: under the Redis client's
+#: socket timeout (5 s in ``tidegate._redis``), and short enough that a stopping loop
+#: is not held up for long.
+WAIT_SLICE_S = 1.0
 
 #: Decision events kept per downstream: about an hour of changes at one a second,
 #: enough to explain an incident, small enough that nobody has to trim it.
@@ -125,6 +132,13 @@ def check_ttl_ms(ttl_ms: float) -> float:
     return ttl_ms
 
 
+def check_wait_s(timeout_s: float) -> float:
+    """A wait for a rejection: a finite number of seconds >= 0."""
+    if not (isinstance(timeout_s, int | float) and 0 <= timeout_s < float("inf")):
+        raise ConfigurationError(f"timeout_s must be a finite number >= 0, got {timeout_s!r}")
+    return float(timeout_s)
+
+
 @runtime_checkable
 class AdaptiveStore(Protocol):
     """The primitives the adaptive controller is built on."""
@@ -189,6 +203,12 @@ class AdaptiveStore(Protocol):
         """Take the current window and start a new one, atomically (the controller)."""
         ...
 
+    def wait_rejection(self, keys: AdaptiveKeys, timeout_s: float) -> bool:
+        """Block until the current window holds a 429, for at most ``timeout_s`` (or
+        :data:`WAIT_SLICE_S`, whichever is shorter; 0 = just look), and take the
+        token; True if it does. The controller's loop waits here between ticks."""
+        ...
+
     def write_overrides(
         self, keys: AdaptiveKeys, values: Mapping[str, str], *, clear: Sequence[str] = ()
     ) -> None:
@@ -220,6 +240,8 @@ class MemoryAdaptiveStore:
         self._history: dict[str, collections.deque[str]] = {}
         self._overrides: dict[str, dict[str, str]] = {}
         self._obs: dict[str, dict[str, str]] = {}
+        self._rejected = threading.Condition(self._lock)
+        self._wake: set[str] = set()
 
     def now_ms(self) -> float:
         return self._now()
@@ -333,8 +355,21 @@ class MemoryAdaptiveStore:
                 latest = window.get(f"{outcome}_admitted_max_ms")
                 if latest is None or admitted_ms > float(latest):
                     window[f"{outcome}_admitted_max_ms"] = repr(float(admitted_ms))
+            if outcome == "throttled":
+                self._wake.add(keys.wake)
+                self._rejected.notify_all()
 
     def drain(self, keys: AdaptiveKeys) -> Observations:
         with self._lock:
             window = self._obs.pop(keys.obs, {})
+            self._wake.discard(keys.wake)
         return observations_from_fields(window)
+
+    def wait_rejection(self, keys: AdaptiveKeys, timeout_s: float) -> bool:
+        wait_s = min(check_wait_s(timeout_s), WAIT_SLICE_S)
+        with self._rejected:
+            if wait_s > 0:
+                self._rejected.wait_for(lambda: keys.wake in self._wake, timeout=wait_s)
+            found = keys.wake in self._wake
+            self._wake.discard(keys.wake)
+            return found

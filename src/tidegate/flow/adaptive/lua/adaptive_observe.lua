@@ -10,6 +10,8 @@
 --                      throttled_admitted_max_ms (the latest of those times);
 --                      unavailable_stamped and unavailable_admitted_max_ms (the
 --                      same for 503s and refused calls)
+-- KEYS[2]  wake  list  one token while the window holds a 429: the controller blocks
+--                      on it (BLPOP) between ticks, and decides at once
 --
 -- ARGV[1]  outcome      "ok", "throttled" or "unavailable"
 -- ARGV[2]  latency_ms   the call's latency in ms; "" when unknown (refused calls)
@@ -20,6 +22,11 @@
 -- ARGV[7]  admitted_ms  when the gate admitted the call, fleet clock in ms; "" when
 --                       unknown (kept for a 429 or a 503: the controller sets aside
 --                       rejections of calls admitted before its last cut)
+--
+-- A 429 also leaves the wake token (at most one; it expires with the window), so the
+-- elected controller cuts within a round trip instead of at its next tick: by then the
+-- fleet's pause for the 429 may be over and calls resumed at the old rate, each 429 of
+-- them counting towards a suspension. (A 503 counts towards none: it waits for the tick.)
 --
 -- Returns 1.
 
@@ -55,4 +62,9 @@ if ARGV[1] ~= "ok" and admitted then
   end
 end
 redis.call("PEXPIRE", obs, tonumber(ARGV[6]))
+if ARGV[1] == "throttled" then
+  redis.call("LPUSH", KEYS[2], "1")
+  redis.call("LTRIM", KEYS[2], 0, 0)
+  redis.call("PEXPIRE", KEYS[2], tonumber(ARGV[6]))
+end
 return 1
