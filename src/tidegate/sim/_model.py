@@ -49,6 +49,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from tidegate.errors import ConfigurationError
 from tidegate.flow.adaptive import (
     RateLimitHint,
     RatePolicy,
@@ -325,7 +326,9 @@ def run_model(
             its next tick (and ticks ``tick_s`` after that).
     """
     if not (tick_s > 0 and tick_jitter_s >= 0):
-        raise ValueError("tick_s must be > 0 and tick_jitter_s >= 0")
+        raise ConfigurationError(
+            f"tick_s must be > 0 and tick_jitter_s >= 0, got {tick_s!r} and {tick_jitter_s!r}"
+        )
     rng = random.Random(seed)
     customs = _Customs(capacity, burst, schedule, suspend_after, suspend_s)
     state: RateState | None = None
