@@ -124,15 +124,22 @@ def row(schedule: Schedule, seeds: range, delays: Mapping[str, object]) -> list[
 SWEEP = (8.7, 9.2, 9.5, 9.85, 10.0, 10.3, 10.7, 11.3, 12.0, 15.0, 20.0, 25.0)
 
 
+def sweep_schedule(capacity: float) -> Schedule:
+    """The bench's schedule (40 % of the capacity from 40 to 60 s) at another capacity."""
+    steps = ((40.0, 0.4 * capacity), (60.0, capacity))
+    return Schedule(f"sweep {capacity:g}/s", capacity, steps, 150, (15, 40), (75, 150), 40, 60)
+
+
 def sweep_row(capacity: float, seeds: range, delays: Mapping[str, object]) -> list[object]:
-    runs = _runs(capacity, ((40.0, 0.4 * capacity), (60.0, capacity)), 150, seeds, delays)
+    sweep = sweep_schedule(capacity)
+    runs = _runs(sweep.capacity, sweep.steps, sweep.seconds, seeds, delays)
     rise = [r.reach_s(60) for r in runs]
     return [
         f"{capacity:g}/s",
         f"{sum(r.suspensions > 0 for r in runs)} of {len(runs)}",
         _span([100 * r.throttled_share() for r in runs], ".2f") + " %",
-        _span([r.utilisation(15, 40) for r in runs], ".2f"),
-        _span([r.utilisation(75, 150) for r in runs], ".2f"),
+        _span([r.utilisation(*sweep.early) for r in runs], ".2f"),
+        _span([r.utilisation(*sweep.late) for r in runs], ".2f"),
         _seconds(rise),
         str(sum(v is None or v > 30 for v in rise)),
     ]
@@ -144,29 +151,20 @@ def sweep_row(capacity: float, seeds: range, delays: Mapping[str, object]) -> li
 TICKS = ((1.0, 0.0), (1.0, 0.006), (1.003, 0.01), (1.01, 0.02))
 
 
-def ticks_row(
-    name: str,
-    *,
-    capacity: float,
-    steps: tuple[tuple[float, float], ...],
-    seconds: int,
-    windows: tuple[tuple[int, int], int | None, int | None],
-    seeds: range,
-    delays: Mapping[str, object],
-) -> list[object]:
+def ticks_row(schedule: Schedule, seeds: range, delays: Mapping[str, object]) -> list[object]:
     """One schedule over every spacing in :data:`TICKS`, the controller woken by a 429
     (the live loop) and not: runs suspended, runs over 30 s to 90 % after the rise,
     median 429 share, median late utilisation, the slowest return under a fall."""
-    late, rise_at, fall_at = windows
-    cells: list[object] = [name]
+    rise_at, fall_at = schedule.rise_at, schedule.fall_at
+    cells: list[object] = [schedule.name]
     for wake in (False, True):
         runs = [
             run
             for tick_s, jitter_s in TICKS
             for run in _runs(
-                capacity,
-                steps,
-                seconds,
+                schedule.capacity,
+                schedule.steps,
+                schedule.seconds,
                 seeds,
                 {**delays, "tick_s": tick_s, "tick_jitter_s": jitter_s, "wake_on_429": wake},
             )
@@ -177,32 +175,21 @@ def ticks_row(
             f"{sum(r.suspensions > 0 for r in runs)} of {len(runs)}",
             str(slow) if rise_at else "—",
             f"{100 * statistics.median(r.throttled_share() for r in runs):.2f} %",
-            f"{statistics.median(r.utilisation(*late) for r in runs):.3f}",
+            f"{statistics.median(r.utilisation(*schedule.late) for r in runs):.3f}",
             (f"{max(v or math.inf for v in under):.0f}" if under else "—"),
         ]
     return cells
 
 
 def ticks_table(seeds: range, delays: Mapping[str, object]) -> str:
-    rows = [
-        ticks_row(
-            s.name, capacity=s.capacity, steps=s.steps, seconds=s.seconds,
-            windows=(s.late, s.rise_at, s.fall_at), seeds=seeds, delays=delays,
-        )
-        for s in SCHEDULES
-    ] + [
-        ticks_row(
-            f"sweep {c:g}/s", capacity=c, steps=((40.0, 0.4 * c), (60.0, c)), seconds=150,
-            windows=((75, 150), 60, 40), seeds=seeds, delays=delays,
-        )
-        for c in SWEEP if c != 10.0  # the bench's own schedule, above
-    ]  # fmt: skip
+    # The sweep's 10/s is the bench's own schedule, already among SCHEDULES.
+    schedules = [*SCHEDULES, *(sweep_schedule(c) for c in SWEEP if c != 10.0)]
     head = ["schedule"] + [
         f"{column} ({side})"
         for side in ("tick only", "woken by a 429")
         for column in ("suspended", "> 30 s to 90 %", "429 share", "late use", "under (s)")
     ]
-    return md_table(head, rows)
+    return md_table(head, [ticks_row(s, seeds, delays) for s in schedules])
 
 
 def main(argv: list[str] | None = None) -> int:
