@@ -1517,6 +1517,88 @@ def test_far_under_the_waypoint_a_probe_that_worked_goes_past_the_failed_probe_o
     )
 
 
+def _in_a_fall(**fields: Any) -> RateState:
+    """Probing 3.35 → 5.02/s in a 4/s window of a 10/s gateway: the fall 20 s ago
+    left the waypoint at 9.49 (the clean ceiling before it), the wait at 16 s."""
+    state = RateState(
+        rate=5.02,
+        ceiling=5.02,
+        probe_from=3.35,
+        waypoint=9.49,
+        waypoint_bad=9.97,
+        fell_ms=T0 - 20_000,
+        quiet_s=16.0,
+        last_rejection_ms=T0 - 19_000,
+        last_reprobe_ms=T0 - 2_000,
+        updated_ms=T0 - 1_000,
+    )
+    return replace(state, **fields)
+
+
+def test_a_probe_failed_under_the_waypoint_of_a_fall_waits_the_falls_wait_not_twice_as_long() -> (
+    None
+):
+    """The probe that met the window's last seconds: back to 3.35, the next probe after
+    2 × quiet_s (8 s), not 32 s capped at max_quiet_s (20 s) — on the model of the live
+    loop, a capacity back at 10/s waited that long on 4 of 24 seeds (34-35 s to 90 %).
+    Above the waypoint (no fall to come back from) the wait doubles as before."""
+    failed = decide_rate(_in_a_fall(), RateWindow(throttled=1), PRONE, now_ms=T0)
+    steady = decide_rate(
+        _in_a_fall(rate=10.4, ceiling=10.4, probe_from=9.9, bad_rate=10.9),
+        RateWindow(throttled=1),
+        PRONE,
+        now_ms=T0,
+    )
+
+    assert (failed.state.ceiling, failed.state.quiet_s) == (pytest.approx(3.35), 8.0)
+    assert (steady.state.ceiling, steady.state.quiet_s) == (pytest.approx(9.9), 20.0)
+
+
+def test_after_a_probe_failed_far_under_the_waypoint_the_next_goes_a_whole_factor() -> None:
+    """The 429 at 5.02 was the window's, more than a whole factor under the waypoint
+    (9.49): after the wait the next probe goes × 1.5 again (5.02), not halfway to it
+    (4.19, then 5.27, 7.91: three probes to where one goes). Within a whole factor of
+    the waypoint the failed probe still halves the next one (the search for a steady
+    capacity)."""
+    failed = decide_rate(_in_a_fall(), RateWindow(throttled=1), PRONE, now_ms=T0).state
+    near = decide_rate(
+        _in_a_fall(waypoint=6.5, waypoint_bad=7.0), RateWindow(throttled=1), PRONE, now_ms=T0
+    ).state
+
+    # Past the longest wait: the probe's size alone is checked here.
+    far_probe = decide_rate(failed, SATURATED, PRONE, now_ms=T0 + 20_000)
+    near_probe = decide_rate(near, SATURATED, PRONE, now_ms=T0 + 20_000)
+
+    assert (far_probe.reason, far_probe.state.ceiling) == ("reprobe", pytest.approx(3.35 * 1.5))
+    assert (near_probe.reason, near_probe.state.ceiling) == (
+        "reprobe",
+        pytest.approx((3.35 + 5.02) / 2),
+    )
+
+
+def test_scenario_the_live_loop_woken_by_a_429_finds_the_bench_capacity_back_within_20_s() -> None:
+    """The bench schedule on the model of the live loop (woken by a 429 as
+    ``AdaptiveLoop.wait`` is), the delays of real processes, 24 seeds. Before: a probe
+    failed in the window's last seconds on 4 seeds, the next waited 20 s and bisected
+    towards the window's 429: 34-35 s to 90 % of the 10/s back, 0.82-0.84 of it used
+    from 75 to 150 s on those seeds. Now every seed within 20 s and >= 0.9."""
+    for seed in range(24):
+        run_ = run_model(
+            PRONE,
+            seconds=150,
+            capacity=10.0,
+            schedule=BENCH_DIP,
+            **REAL_PROCESS_DELAYS,
+            wake_on_429=True,
+            seed=seed,
+        )
+
+        assert run_.suspensions == 0
+        assert (run_.reach_s(60) or math.inf) <= 20
+        assert run_.utilisation(75, 150) >= 0.9
+        assert run_.throttled_share() <= 0.01
+
+
 def _deep_fall_suspended(**model: Any) -> int:
     """Seeds of 24 that got the fleet suspended at 25/s, 8/s from 40 s, 25/s from 100 s."""
     schedule = [(40.0, 8.0), (100.0, 25.0)]

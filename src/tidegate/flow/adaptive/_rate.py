@@ -293,7 +293,7 @@ def _cut(state: RateState, window: RateWindow, policy: RatePolicy, now_ms: float
     probing = state.probe_from is not None and state.probe_from < base
     before = state
     if window.throttled == 1 and policy.suspension_prone and probing:
-        state = failed_probe(state, policy, base)
+        state = failed_probe(state, policy, base, now_ms=now_ms)
         new = state.ceiling if state.ceiling is not None else base * policy.decrease_factor
         if advertised is not None:
             new = min(new, advertised * policy.headroom)
