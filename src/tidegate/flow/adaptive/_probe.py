@@ -32,6 +32,10 @@ sawtooth:
   is expected to end, and the climb back should not wait for it twice.
 
 Pure functions of the state and the policy, like the rest of the rate maths.
+
+Why one module of ~420 lines: the probe's size, its proof, the hold and the waypoint
+are one search read together (each rule names the others' cases), and half the lines
+are the measurements that chose each constant.
 """
 
 from __future__ import annotations
