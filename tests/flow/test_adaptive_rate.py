@@ -999,11 +999,18 @@ def test_scenario_echoes_of_a_cut_do_not_cut_again(seed: int) -> None:
 BENCH_DIP = [(40.0, 4.0), (60.0, 10.0)]
 
 
-def bench_run(seed: int) -> ModelRun:
+def bench_run(seed: int, **model: Any) -> ModelRun:
     """``bench/adaptive.py``'s schedule (10/s, 4/s from 40 s for 20 s) for 150 s on the
-    model, with the delays of real processes."""
+    model, with the delays of real processes (``model``: more of :func:`run_model`'s
+    options, such as ``wake_on_429``)."""
     return run_model(
-        PRONE, seconds=150, capacity=10.0, schedule=BENCH_DIP, **REAL_PROCESS_DELAYS, seed=seed
+        PRONE,
+        seconds=150,
+        capacity=10.0,
+        schedule=BENCH_DIP,
+        **REAL_PROCESS_DELAYS,
+        seed=seed,
+        **model,
     )
 
 
@@ -1583,15 +1590,7 @@ def test_scenario_the_live_loop_woken_by_a_429_finds_the_bench_capacity_back_wit
     towards the window's 429: 34-35 s to 90 % of the 10/s back, 0.82-0.84 of it used
     from 75 to 150 s on those seeds. Now every seed within 20 s and >= 0.9."""
     for seed in range(24):
-        run_ = run_model(
-            PRONE,
-            seconds=150,
-            capacity=10.0,
-            schedule=BENCH_DIP,
-            **REAL_PROCESS_DELAYS,
-            wake_on_429=True,
-            seed=seed,
-        )
+        run_ = bench_run(seed, wake_on_429=True)
 
         assert run_.suspensions == 0
         assert (run_.reach_s(60) or math.inf) <= 20
