@@ -8,6 +8,7 @@ reach into it, lazily, from the CLI. ``ops/`` keeps only what an operator runs.
 from __future__ import annotations
 
 import ast
+import gc
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,25 @@ OPS_MODULES = {
 LONG = 400
 
 
+def _parse(source: str) -> ast.Module:
+    """``ast.parse`` with the garbage collector held off. CPython 3.11's AST builder
+    keeps its recursion count in interpreter-wide state; a collection during the
+    build that runs code which builds another AST resets that count, and the outer
+    build fails with ``SystemError: AST constructor recursion depth mismatch`` (seen
+    under ``pytest -n 2``, a worker's heap full of earlier modules' objects)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _imports(path: Path) -> set[str]:
     """Every module ``path`` imports, at any depth (lazy imports in functions too)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -69,7 +85,7 @@ def test_the_demo_commands_reach_the_harness_only_lazily() -> None:
     """``tidegate --help`` and every other command must not import Celery, RQ or the
     scenarios; the demo commands import them inside the function that runs them."""
     for name in DEMO_COMMANDS:
-        tree = ast.parse((PACKAGE / name).read_text(encoding="utf-8"))
+        tree = _parse((PACKAGE / name).read_text(encoding="utf-8"))
         top = [
             n.module
             for n in tree.body
@@ -86,7 +102,7 @@ def test_ops_holds_only_the_operational_modules() -> None:
 
 def test_each_harness_package_states_its_rule() -> None:
     for package in ("harness", "harness/scenarios", "harness/chaos", "ops"):
-        doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text()))
+        doc = ast.get_docstring(_parse((PACKAGE / package / "__init__.py").read_text()))
         assert doc is not None
         assert "The rule of this package" in doc, package
 
@@ -96,7 +112,7 @@ def test_a_long_module_says_why_at_its_top() -> None:
     unexplained = []
     for path in sorted(PACKAGE.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
-        doc = ast.get_docstring(ast.parse(text)) or ""
+        doc = ast.get_docstring(_parse(text)) or ""
         if text.count("\n") > LONG and "Why one module" not in doc:
             unexplained.append(f"{path.relative_to(PACKAGE)} ({text.count(chr(10))} lines)")
     assert unexplained == []
