@@ -22,7 +22,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/pytest --durations=30
+	$(BIN)/pytest -n 2 --durations=30
 
 test: lint typecheck pytest
 

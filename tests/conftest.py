@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -141,3 +142,47 @@ def _no_leaked_threads() -> Iterator[None]:
     alive = sorted(thread.name for thread in leaked if thread.is_alive())
     if alive:
         pytest.fail(f"threads outlived the test: {alive}")
+
+
+#: Fixtures that reach the session's shared RabbitMQ (its queue names are the fleet's,
+#: not the test's, and a fleet test deletes them before it starts).
+_RABBITMQ_FIXTURES = {"rabbitmq_url", "rabbitmq_management_url"}
+#: What names a test that reaches it: its directory, its broker parameter or its name.
+_RABBITMQ_WORDS = ("amqp", "rabbitmq")
+
+
+def _xdist_scope(nodeid: str) -> str:
+    """The unit ``make test``'s two ``pytest -n`` workers share out: every test that
+    reaches RabbitMQ is one unit (one broker for both workers, so they run one after
+    another), every other test goes with its module (a module-scoped fleet is started
+    once, as without workers; each worker has its own embedded Redis)."""
+    if any(word in nodeid.lower() for word in _RABBITMQ_WORDS):
+        return "rabbitmq"
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Share out :func:`_xdist_scope`'s units. (Not ``--dist loadgroup`` with marks:
+    pytest-xdist 3.8 passes the group in the node id, which pytest 9.2 no longer lets
+    it change — pytest-xdist issue 1386 — and the tests were silently shared out one
+    by one.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _xdist_scope(nodeid)
+
+    return ScopeScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for RabbitMQ must say so in its node id, or the workers would
+    run it beside another that deletes its queues."""
+    for item in items:
+        uses = _RABBITMQ_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses and _xdist_scope(item.nodeid) != "rabbitmq":
+            raise pytest.UsageError(
+                f"{item.nodeid} uses {sorted(uses)}: name it (or its module) with one of "
+                f"{_RABBITMQ_WORDS}, so that tests/conftest.py keeps it off the other worker"
+            )
