@@ -49,12 +49,17 @@ class Small:
         self.url = server.url
         self.client = client_from_url(server.url)
         self._filled = 0
+        self._maxmemory = int(self.client.config_get("maxmemory")["maxmemory"])
 
     def fill(self) -> None:
-        """Write filler until Redis answers OOM even to a tiny write.
+        """Write filler until Redis answers OOM even to a tiny write, and keep it so.
 
         A big write refused is not enough: its own query buffer counted towards the
-        limit, and once it is freed a small write fits again.
+        limit, and once it is freed a small write fits again. Nor is the last tiny
+        write refused: Redis shrinks idle clients' buffers a moment later, and the
+        write after it may fit (a gated task ran to "delivered" on a slow machine). So
+        the limit then goes to half of what the filler uses: every write is refused
+        until :meth:`free`.
         """
         for size in _FILL_SIZES:
             while True:
@@ -63,8 +68,11 @@ class Small:
                 except redis.exceptions.OutOfMemoryError:
                     break
                 self._filled += 1
+        used = int(self.client.info("memory")["used_memory"])
+        self.client.config_set("maxmemory", max(1, used // 2))
 
     def free(self) -> None:
+        self.client.config_set("maxmemory", self._maxmemory)
         keys = [f"filler:{i}" for i in range(self._filled)]
         if keys:
             self.client.delete(*keys)
