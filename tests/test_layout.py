@@ -31,11 +31,12 @@ LONG = 400
 
 
 def _parse(source: str) -> ast.Module:
-    """``ast.parse`` with the garbage collector held off. CPython 3.11's AST builder
-    keeps its recursion count in interpreter-wide state; a collection during the
-    build that runs code which builds another AST resets that count, and the outer
-    build fails with ``SystemError: AST constructor recursion depth mismatch`` (seen
-    under ``pytest -n 2``, a worker's heap full of earlier modules' objects)."""
+    """``ast.parse`` with the garbage collector held off. Under ``pytest -n 2``, with
+    ``tests/flow`` run earlier in the same worker, parsing ``amqp_drain.py`` failed
+    every time with ``SystemError: AST constructor recursion depth mismatch`` (CPython
+    3.11.7), in a fresh thread too, and never with the collector held off: most likely
+    a collection during the build re-enters the AST builder, whose recursion count is
+    interpreter-wide state."""
     enabled = gc.isenabled()
     gc.disable()
     try:

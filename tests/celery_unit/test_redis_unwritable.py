@@ -55,11 +55,11 @@ class Small:
         """Write filler until Redis answers OOM even to a tiny write, and keep it so.
 
         A big write refused is not enough: its own query buffer counted towards the
-        limit, and once it is freed a small write fits again. Nor is the last tiny
-        write refused: Redis shrinks idle clients' buffers a moment later, and the
-        write after it may fit (a gated task ran to "delivered" on a slow machine). So
-        the limit then goes to half of what the filler uses: every write is refused
-        until :meth:`free`.
+        limit, and once it is freed a small write fits again. Nor is a refused tiny
+        write enough: a moment later a write fitted again (a gated task ran to
+        "delivered" under two pytest workers; most likely Redis had shrunk a client's
+        buffers meanwhile). So the limit then goes to half of what the filler uses:
+        every write is refused until :meth:`free`.
         """
         for size in _FILL_SIZES:
             while True:
