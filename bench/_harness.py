@@ -147,6 +147,14 @@ def pct(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def clip_busy(intervals: Sequence[tuple[float, float]], lo: float, hi: float, lanes: int) -> float:
+    """The share of ``lanes`` × [``lo``, ``hi``] spent inside the service ``intervals``
+    (``(start, end)`` pairs, seconds): a downstream's busy share over a window of the
+    drain (the sim's own ``busy_share`` is the whole drain's)."""
+    busy = sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in intervals)
+    return busy / (lanes * (hi - lo))
+
+
 def med_range(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
     """``"median [min–max]"``, or just the value when there is one."""
     if not values:

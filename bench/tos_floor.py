@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 import redis
 
+from _harness import clip_busy
 from tidegate.downstream import DownstreamClient
 from tidegate.flow.gate import Gate
 from tidegate.logging import configure as configure_logging
@@ -82,13 +83,6 @@ def _loop(
     out.put(seg)
 
 
-def _busy(service: list[tuple[float, float]], lanes: int, middle: float) -> float:
-    first, last = min(s for s, _ in service), max(e for _, e in service)
-    lo, hi = first + (1 - middle) / 2 * (last - first), last - (1 - middle) / 2 * (last - first)
-    busy = sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in service)
-    return busy / (lanes * (hi - lo))
-
-
 def _run(url: str, args: argparse.Namespace, service_s: float, client: str) -> dict[str, Any]:
     gate = Gate(redis.Redis.from_url(url), "tos-floor")
     gate.configure(concurrency=args.connections, rate=1000.0, burst=100)
@@ -117,6 +111,8 @@ def _run(url: str, args: argparse.Namespace, service_s: float, client: str) -> d
             p.join()
         stats = tos.stats()
     service = [(float(s), float(e)) for s, e in stats["service_timeline"]]
+    first, last = min(s for s, _ in service), max(e for _, e in service)
+    tenth = 0.1 * (last - first)
 
     def ms(name: str, less: float = 0.0) -> dict[str, float]:
         values = [v - less for seg in segs for v in seg[name]]
@@ -134,8 +130,10 @@ def _run(url: str, args: argparse.Namespace, service_s: float, client: str) -> d
         "responses_503": stats["responses_503"],
         "duplicates": stats["duplicates"],
         "max_in_service_seen": stats["max_in_service_seen"],
-        "busy_whole": round(_busy(service, args.connections, 1.0), 4),
-        "busy_middle_80": round(_busy(service, args.connections, 0.8), 4),
+        "busy_whole": round(clip_busy(service, first, last, args.connections), 4),
+        "busy_middle_80": round(
+            clip_busy(service, first + tenth, last - tenth, args.connections), 4
+        ),
         "ms_lease_held_less_service": ms("hold_less_service", service_s),
         "ms_post_less_service": ms("post", service_s),
         "ms_answer_to_released": ms("release"),

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _harness import pct
+from _harness import clip_busy, pct
 from tidegate.harness.scenarios import vessel
 from tidegate.harness.scenarios.vessel import Sample, VesselConfig, run_vessel_demo
 from tidegate.logging import configure as configure_logging
@@ -71,11 +71,6 @@ def _capture_sims(store: dict[str, Any]) -> None:
 
 def _round(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(value, digits)
-
-
-def _clip_busy(intervals: list[tuple[float, float]], lo: float, hi: float, lanes: int) -> float:
-    busy = sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in intervals)
-    return busy / (lanes * (hi - lo))
 
 
 def _lane_gaps(intervals: list[tuple[float, float]], lanes: int) -> list[float]:
@@ -307,8 +302,8 @@ def main() -> None:
             "busy_share_report": tos["busy_share"],
             "drain_s": round(span, 3),
             "ideal_s": tos["ideal_s"],
-            "busy_whole": round(_clip_busy(service, first, last, lanes), 4),
-            "busy_middle_80": round(_clip_busy(service, mid_lo, mid_hi, lanes), 4),
+            "busy_whole": round(clip_busy(service, first, last, lanes), 4),
+            "busy_middle_80": round(clip_busy(service, mid_lo, mid_hi, lanes), 4),
             "lane_gap_ms": {
                 "p50": _round(pct([g * 1000 for g in gaps], 0.5)),
                 "p90": _round(pct([g * 1000 for g in gaps], 0.9)),
