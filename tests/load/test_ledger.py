@@ -91,6 +91,38 @@ def test_a_redis_restart_puts_the_ledger_in_doubt_for_doubt_s() -> None:
     assert no_doubt.in_doubt is False
 
 
+def test_a_restart_that_lost_the_record_of_the_server_before_is_still_a_restart() -> None:
+    """The epoch record is a write like any other: a crash within a second of its first
+    write loses it with the delivered marks it should cast doubt on. Here the server
+    comes back with nothing at all (no AOF): to the script alone it is a first sight,
+    but a ledger that read the server before it knows better — for every downstream,
+    including one it had not read yet. A ledger that knew no server (a process started
+    after the restart) still takes a first sight for one; for a downstream another
+    process already put in doubt it reads that doubt."""
+    from tidegate.redis_server import EmbeddedRedis
+
+    server = EmbeddedRedis(appendonly=False).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        ledger = DeliveryLedger(client, prefix="t")
+        first = ledger.entry("tos", "K-16")
+        server.kill()
+        server.start()
+        client.connection_pool.disconnect()
+        assert client.exists(Keyspace("t").ledger_epoch("tos")) == 0  # lost with the rest
+        after = ledger.entry("tos", "K-16"), ledger.entry("customs", "K-16")
+        newcomer = DeliveryLedger(client, prefix="t")
+        told = newcomer.entry("tos", "K-17")
+        untold = newcomer.entry("rail", "K-17")
+    finally:
+        server.stop()
+
+    assert first.in_doubt is False
+    assert [e.in_doubt for e in after] == [True, True]
+    assert told.in_doubt is True
+    assert untold.in_doubt is False
+
+
 def test_a_negative_doubt_is_a_configuration_error(redis_client: redis.Redis) -> None:
     with pytest.raises(ConfigurationError, match="doubt_s"):
         DeliveryLedger(redis_client, doubt_s=-1)

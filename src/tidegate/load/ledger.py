@@ -27,7 +27,12 @@ carrying earlier attempts): such a unit asks the downstream too. When the broker
 the same Redis, the lost second also holds the pops of the messages those marks
 settled: they come back looking new. So the ledger notices a restart (a new server
 ``run_id``, ``ledger_entry.lua``) and stays *in doubt* for ``doubt_s`` afterwards
-(:attr:`LedgerEntry.in_doubt`): every unit without a record asks first.
+(:attr:`LedgerEntry.in_doubt`): every unit without a record asks first. The record
+of the server before is itself one of those writes: lost with it (a crash within a
+second of its first write, a server started without its files), the new server would
+look like a first sight. So each :class:`DeliveryLedger` remembers the ``run_id``
+it last read (and, for ``doubt_s``, the one before a change), and a first sight of a
+server that is not the one it knew is a restart too.
 
 Callers see the ledger through :class:`~tidegate.load.protocols.LedgerStore`;
 :class:`DeliveryLedger` is the Redis store, :class:`tidegate.load.memory.MemoryLedger`
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import enum
 import math
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -145,6 +151,9 @@ class DeliveryLedger:
         self._clock = clock
         self._sending = client.register_script(lua_script("ledger_sending", "tidegate.load"))
         self._entry = client.register_script(lua_script("ledger_entry", "tidegate.load"))
+        # The server this ledger last read, and the one it saw replaced (when, monotonic s).
+        self._run_id = ""
+        self._replaced: tuple[str, float] | None = None
 
     def _now_arg(self) -> str:
         return script_now_ms(self._clock)
@@ -165,11 +174,23 @@ class DeliveryLedger:
         """``key``'s record with ``downstream``, the fleet clock and the doubt, in one call."""
         keys = [self._key(downstream, key), self._epoch_key(downstream)]
         with map_redis_errors("ledger check"):
-            args: list[str | float] = [self.doubt_s * 1000, self._now_arg()]
-            value, now, doubt_until = self._entry(keys=keys, args=args)
+            args: list[str | float] = [self.doubt_s * 1000, self._now_arg(), self._known()]
+            value, now, doubt_until, raw_run_id = self._entry(keys=keys, args=args)
+        run_id = raw_run_id.decode() if isinstance(raw_run_id, bytes) else str(raw_run_id)
+        if self._run_id and run_id != self._run_id:
+            self._replaced = (self._run_id, time.monotonic())
+        self._run_id = run_id
         state, sent_at = parse_entry(value or None)
         now_ms = float(now)
         return LedgerEntry(state, sent_at, now_ms, now_ms < float(doubt_until))
+
+    def _known(self) -> str:
+        """The servers this ledger read before (``ledger_entry.lua``'s ARGV[3]): the last
+        one, and one it saw replaced less than ``doubt_s`` ago."""
+        known = [self._run_id]
+        if self._replaced is not None and time.monotonic() - self._replaced[1] < self.doubt_s:
+            known.append(self._replaced[0])
+        return ",".join(k for k in known if k)
 
     def delivered(self, downstream: str, key: str) -> bool:
         """Whether ``downstream`` already accepted ``key``."""

@@ -6,16 +6,22 @@
 -- up to the last second of writes (appendfsync everysec): delivered marks, and the
 -- broker's pops of the messages they settled. Such a message comes back looking new,
 -- so for doubt_ms after a restart every unit without a record asks the downstream.
--- The first sight of a server (no run_id recorded yet) is not a restart.
+-- The first sight of a server (no run_id recorded yet) is not a restart, unless the
+-- caller read another server before this one (ARGV[3]): then the record of the
+-- server before it was lost with the last second of writes (a crash within a second of
+-- the epoch's first write, or a server started without its files), and it is one.
 --
 -- KEYS[1]  entry   string  "1" = delivered, "s:<ms>" / "s" = sending (see ledger_sending)
 -- KEYS[2]  epoch   hash    run_id -> the server last seen, doubt_until -> ms since epoch
 --
 -- ARGV[1]  doubt_ms  how long a restart leaves the ledger in doubt, ms (>= 0)
 -- ARGV[2]  now_ms    current time in ms since epoch; "" = use Redis TIME (fleet clock)
+-- ARGV[3]  known     run_ids the caller read before, comma-separated ("" = none): one
+--                    that is not this server's means the caller saw it take over
 --
--- Returns {entry or false, now_ms, doubt_until_ms} (times as decimal strings, ms since
--- epoch on the clock of ARGV[2]).
+-- Returns {entry or false, now_ms, doubt_until_ms, run_id} (times as decimal strings,
+-- ms since epoch on the clock of ARGV[2]; run_id the server's, for the caller to
+-- remember).
 
 --!include clock
 
@@ -24,11 +30,17 @@ local value = redis.call("GET", KEYS[1])
 local run_id = string.match(redis.call("INFO", "server"), "run_id:(%x+)")
 local seen = redis.call("HGET", KEYS[2], "run_id")
 local doubt_until = tonumber(redis.call("HGET", KEYS[2], "doubt_until") or "0")
+local witnessed = false
+for known in string.gmatch(ARGV[3] or "", "[^,]+") do
+  if known ~= run_id then
+    witnessed = true
+  end
+end
 if seen ~= run_id then
-  if seen then
+  if seen or witnessed then
     doubt_until = now + tonumber(ARGV[1])
     redis.call("HSET", KEYS[2], "doubt_until", string.format("%.3f", doubt_until))
   end
   redis.call("HSET", KEYS[2], "run_id", run_id)
 end
-return {value, string.format("%.3f", now), string.format("%.3f", doubt_until)}
+return {value, string.format("%.3f", now), string.format("%.3f", doubt_until), run_id}
