@@ -95,10 +95,10 @@ def test_a_restart_that_lost_the_record_of_the_server_before_is_still_a_restart(
     """The epoch record is a write like any other: a crash within a second of its first
     write loses it with the delivered marks it should cast doubt on. Here the server
     comes back with nothing at all (no AOF): to the script alone it is a first sight,
-    but a ledger that read the server before it knows better — for every downstream,
-    including one it had not read yet. A ledger that knew no server (a process started
-    after the restart) still takes a first sight for one; for a downstream another
-    process already put in doubt it reads that doubt."""
+    and a ledger that knew no server (a process started after the restart, first to
+    read it) takes it for one. A ledger that read the server before knows better —
+    for every downstream, including one it had not read yet — and from then on the
+    newcomer reads that doubt too; a downstream nobody who knew read stays clear."""
     from tidegate.redis_server import EmbeddedRedis
 
     server = EmbeddedRedis(appendonly=False).start()
@@ -110,14 +110,15 @@ def test_a_restart_that_lost_the_record_of_the_server_before_is_still_a_restart(
         server.start()
         client.connection_pool.disconnect()
         assert client.exists(Keyspace("t").ledger_epoch("tos")) == 0  # lost with the rest
-        after = ledger.entry("tos", "K-16"), ledger.entry("customs", "K-16")
         newcomer = DeliveryLedger(client, prefix="t")
+        unaware = newcomer.entry("tos", "K-17")
+        after = ledger.entry("tos", "K-16"), ledger.entry("customs", "K-16")
         told = newcomer.entry("tos", "K-17")
         untold = newcomer.entry("rail", "K-17")
     finally:
         server.stop()
 
-    assert first.in_doubt is False
+    assert (first.in_doubt, unaware.in_doubt) == (False, False)
     assert [e.in_doubt for e in after] == [True, True]
     assert told.in_doubt is True
     assert untold.in_doubt is False

@@ -31,8 +31,9 @@ settled: they come back looking new. So the ledger notices a restart (a new serv
 of the server before is itself one of those writes: lost with it (a crash within a
 second of its first write, a server started without its files), the new server would
 look like a first sight. So each :class:`DeliveryLedger` remembers the ``run_id``
-it last read (and, for ``doubt_s``, the one before a change), and a first sight of a
-server that is not the one it knew is a restart too.
+it last read (and, for ``doubt_s``, the one before a change): one that read another
+server before puts the ledger in doubt until ``doubt_s`` after the new one started,
+whoever read it first.
 
 Callers see the ledger through :class:`~tidegate.load.protocols.LedgerStore`;
 :class:`DeliveryLedger` is the Redis store, :class:`tidegate.load.memory.MemoryLedger`

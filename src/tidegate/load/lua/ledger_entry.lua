@@ -9,7 +9,9 @@
 -- The first sight of a server (no run_id recorded yet) is not a restart, unless the
 -- caller read another server before this one (ARGV[3]): then the record of the
 -- server before it was lost with the last second of writes (a crash within a second of
--- the epoch's first write, or a server started without its files), and it is one.
+-- the epoch's first write, or a server started without its files), and it is one —
+-- whoever read the new server first. Such a caller puts the ledger in doubt until
+-- doubt_ms after the server started (INFO's uptime).
 --
 -- KEYS[1]  entry   string  "1" = delivered, "s:<ms>" / "s" = sending (see ledger_sending)
 -- KEYS[2]  epoch   hash    run_id -> the server last seen, doubt_until -> ms since epoch
@@ -27,7 +29,8 @@
 
 local now = clock(ARGV[2] or "")
 local value = redis.call("GET", KEYS[1])
-local run_id = string.match(redis.call("INFO", "server"), "run_id:(%x+)")
+local info = redis.call("INFO", "server")
+local run_id = string.match(info, "run_id:(%x+)")
 local seen = redis.call("HGET", KEYS[2], "run_id")
 local doubt_until = tonumber(redis.call("HGET", KEYS[2], "doubt_until") or "0")
 local witnessed = false
@@ -37,10 +40,18 @@ for known in string.gmatch(ARGV[3] or "", "[^,]+") do
   end
 end
 if seen ~= run_id then
-  if seen or witnessed then
+  if seen then
     doubt_until = now + tonumber(ARGV[1])
     redis.call("HSET", KEYS[2], "doubt_until", string.format("%.3f", doubt_until))
   end
   redis.call("HSET", KEYS[2], "run_id", run_id)
+end
+if witnessed then
+  local uptime_s = tonumber(string.match(info, "uptime_in_seconds:(%d+)") or "0")
+  local since_start = now - 1000 * uptime_s + tonumber(ARGV[1])
+  if since_start > doubt_until then
+    doubt_until = since_start
+    redis.call("HSET", KEYS[2], "doubt_until", string.format("%.3f", doubt_until))
+  end
 end
 return {value, string.format("%.3f", now), string.format("%.3f", doubt_until), run_id}
