@@ -4,7 +4,8 @@ One vessel burst (``make demo``'s, through the front door unless ``--direct``) w
 TOS pool started from ``bench/tos_apps/turn_probe.py``: the vessel app with every
 lifecycle step and gate backend call of a TOS task time-stamped. The run then reports:
 
-- the sim's view: busy share over the whole drain and over its middle 80 %, each
+- the sim's view: busy share over the whole drain, over its middle 80 % and second by
+  second (the seconds of the front door's posting against the rest), each
   connection's gaps between calls (the sim's intervals dealt to ``connections`` lanes,
   earliest free first);
 - the gate's view: the time-averaged number of leases held (admission decision →
@@ -27,6 +28,7 @@ import bisect
 import contextlib
 import itertools
 import json
+import math
 import os
 import statistics
 import sys
@@ -304,6 +306,12 @@ def main() -> None:
             "ideal_s": tos["ideal_s"],
             "busy_whole": round(clip_busy(service, first, last, lanes), 4),
             "busy_middle_80": round(clip_busy(service, mid_lo, mid_hi, lanes), 4),
+            # Second by second from the first call: the front door's posting (its first
+            # ``intake_post_s``) shares the CPUs with the pool, the rest of the drain not.
+            "busy_by_second": [
+                round(clip_busy(service, first + i, min(first + i + 1, last), lanes), 3)
+                for i in range(math.ceil(span))
+            ],
             "lane_gap_ms": {
                 "p50": _round(pct([g * 1000 for g in gaps], 0.5)),
                 "p90": _round(pct([g * 1000 for g in gaps], 0.9)),
