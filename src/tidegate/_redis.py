@@ -37,6 +37,7 @@ __all__ = [
     "map_redis_errors",
     "redact_url",
     "script_now_ms",
+    "text",
     "translate_redis_error",
     "unwritable_cause",
 ]
@@ -130,13 +131,13 @@ def unwritable_cause(exc: BaseException) -> str | None:
         return "readonly"
     if not isinstance(exc, redis.exceptions.ResponseError):
         return None
-    text = str(exc)
+    message = str(exc)
     for prefix, cause in _UNWRITABLE_REPLIES.items():
-        if text.startswith(prefix) or f" {prefix} " in text or f"-{prefix} " in text:
+        if message.startswith(prefix) or f" {prefix} " in message or f"-{prefix} " in message:
             return cause
-    if "command not allowed when used memory" in text:
+    if "command not allowed when used memory" in message:
         return "oom"
-    if "write against a read only replica" in text:
+    if "write against a read only replica" in message:
         return "readonly"
     return None
 
@@ -202,6 +203,11 @@ def clock_ms(client: redis.Redis, clock: Callable[[], float] | None, operation: 
     with map_redis_errors(operation):
         seconds, micros = client.time()
     return int(seconds) * 1000 + int(micros) / 1000
+
+
+def text(value: object) -> str:
+    """A reply's value as text, whether the client decodes responses or not."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def script_now_ms(clock: Callable[[], float] | None) -> str:

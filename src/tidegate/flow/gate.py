@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 
-from tidegate._redis import map_redis_errors
+from tidegate._redis import map_redis_errors, text
 from tidegate.errors import ConfigurationError
 from tidegate.events import GatePaused, GateResumed, emit
 from tidegate.flow._control import AsyncControl, SyncControl
@@ -155,7 +155,7 @@ def fleet_gate_names(client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> li
     names: set[str] = set()
     with map_redis_errors("list gates"):
         for raw in client.scan_iter(match=keys.limits_pattern(), count=1000):
-            name = keys.limit_name(raw.decode() if isinstance(raw, bytes) else str(raw))
+            name = keys.limit_name(text(raw))
             if name is not None:
                 names.add(name)
     return sorted(names)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import redis
 
-from tidegate._redis import lua_script, map_redis_errors
+from tidegate._redis import lua_script, map_redis_errors, text
 from tidegate.intake.decision import Claim
 from tidegate.intake.duplicates import (
     DEFAULT_LEASE_MS,
@@ -65,8 +65,7 @@ class RedisDuplicates:
         key = self._keys.interchange(sender, control_reference)
         with map_redis_errors("intake duplicate claim"):
             verdict, detail = self._claim(keys=[key], args=[token, self.lease_ms])
-        verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
-        detail = detail.decode() if isinstance(detail, bytes) else str(detail)
+        verdict, detail = text(verdict), text(detail)
         if verdict == "claimed":
             return ClaimResult(Claim.NEW)
         if verdict == "duplicate":

@@ -34,7 +34,7 @@ from typing import Any, Literal, cast
 
 import redis
 
-from tidegate._redis import clock_ms, lua_script, map_redis_errors
+from tidegate._redis import clock_ms, lua_script, map_redis_errors, text
 from tidegate.errors import ConfigurationError
 from tidegate.events import UnitDeadLettered, emit
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
@@ -190,7 +190,7 @@ class DeadLetterQueue:
         """The records of ``keys`` with their replay marks, in one round trip."""
         if not keys:
             return []
-        names = [k.decode() if isinstance(k, bytes) else k for k in keys]
+        names = [text(k) for k in keys]
         with map_redis_errors("dlq read"):
             pipe = self.client.pipeline(transaction=False)
             pipe.hmget(self._records, names)
@@ -280,7 +280,7 @@ class DeadLetterQueue:
                 [self._records, self._replaying, self._replays],
                 [now, max(1, round(hold_s * 1000)), key],
             )
-        name = status.decode() if isinstance(status, bytes) else str(status)
+        name = text(status)
         until = float(until_ms) / 1000.0
         return ReplayMark(
             cast("Literal['marked', 'in_replay', 'gone']", name),

@@ -52,7 +52,7 @@ from typing import NamedTuple
 
 import redis
 
-from tidegate._redis import lua_script, map_redis_errors, script_now_ms
+from tidegate._redis import lua_script, map_redis_errors, script_now_ms, text
 from tidegate.errors import ConfigurationError
 from tidegate.keys import DEFAULT_PREFIX, Keyspace
 
@@ -177,7 +177,7 @@ class DeliveryLedger:
         with map_redis_errors("ledger check"):
             args: list[str | float] = [self.doubt_s * 1000, self._now_arg(), self._known()]
             value, now, doubt_until, raw_run_id = self._entry(keys=keys, args=args)
-        run_id = raw_run_id.decode() if isinstance(raw_run_id, bytes) else str(raw_run_id)
+        run_id = text(raw_run_id)
         if self._run_id and run_id != self._run_id:
             self._replaced = (self._run_id, time.monotonic())
         self._run_id = run_id

@@ -20,6 +20,7 @@ import redis
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tidegate._redis import text
 from tidegate.flow.adaptive import RedisAdaptiveStore
 from tidegate.keys import Keyspace
 
@@ -31,7 +32,7 @@ def adaptive_downstreams(client: redis.Redis, prefix: str) -> list[str]:
     keyspace = Keyspace(prefix)
     names = set()
     for raw in client.scan_iter(match=keyspace.adaptive_states(), count=200):
-        name = keyspace.adaptive_name(raw.decode() if isinstance(raw, bytes) else str(raw))
+        name = keyspace.adaptive_name(text(raw))
         if name is not None:
             names.add(name)
     return sorted(names)

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from tidegate._redis import lua_script, map_redis_errors
+from tidegate._redis import lua_script, map_redis_errors, text
 from tidegate.flow.adaptive._hint import RateLimitHint
 from tidegate.flow.adaptive._observe import (
     CallOutcome,
@@ -41,10 +41,6 @@ from tidegate.flow.backends.memory import ManualClock
 __all__ = ["RedisAdaptiveStore"]
 
 _PACKAGE = "tidegate.flow.adaptive"
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class RedisAdaptiveStore:
@@ -89,12 +85,12 @@ class RedisAdaptiveStore:
             holder, until = self.client.hmget(keys.lease, ["holder", "until_ms"])
         if holder is None or until is None or float(until) < self.now_ms():
             return None
-        return _text(holder)
+        return text(holder)
 
     def load(self, keys: AdaptiveKeys) -> AdaptiveRecord:
         with map_redis_errors("adaptive load"):
             raw = self.client.hgetall(keys.state)
-        return decode_record({_text(k): _text(v) for k, v in raw.items()})
+        return decode_record({text(k): text(v) for k, v in raw.items()})
 
     def save(
         self,
@@ -125,7 +121,7 @@ class RedisAdaptiveStore:
     def read_overrides(self, keys: AdaptiveKeys) -> dict[str, str]:
         with map_redis_errors("adaptive overrides read"):
             raw = self.client.hgetall(keys.policy)
-        return {_text(k): _text(v) for k, v in raw.items()}
+        return {text(k): text(v) for k, v in raw.items()}
 
     def write_overrides(
         self, keys: AdaptiveKeys, values: Mapping[str, str], *, clear: Sequence[str] = ()
@@ -165,7 +161,7 @@ class RedisAdaptiveStore:
     def drain(self, keys: AdaptiveKeys) -> Observations:
         with map_redis_errors("adaptive drain"):
             flat = self._drain([keys.obs, keys.wake])
-        fields = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+        fields = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
         return observations_from_fields(fields)
 
     def wait_rejection(self, keys: AdaptiveKeys, timeout_s: float) -> bool:

@@ -34,7 +34,7 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.worker import Worker
 
-from tidegate._redis import client_from_url
+from tidegate._redis import client_from_url, text
 from tidegate.errors import PayloadTooLarge
 from tidegate.harness.burst import vessel_burst
 from tidegate.harness.burst_run import (
@@ -252,7 +252,7 @@ def _pending_keys(run: _Run) -> list[str]:
 def _cleanup_rq(client: redis.Redis, prefix: str) -> None:
     for key in list(client.scan_iter(match="rq:job:*", count=1000)):
         origin = client.hget(key, "origin") or b""
-        if (origin.decode() if isinstance(origin, bytes) else origin).startswith(prefix):
+        if text(origin).startswith(prefix):
             client.delete(key)
     keys = list(client.scan_iter(match=f"rq:*{prefix}*", count=1000))
     if keys:

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tidegate._redis import text
 from tidegate.errors import ConfigurationError
 
 __all__ = ["KOMBU_PRIORITY_STEPS", "KOMBU_SEP", "KombuRedisLayout", "lane_of"]
@@ -113,6 +114,5 @@ class KombuRedisLayout:
 
     def parse_binding(self, member: bytes | str) -> tuple[str, str] | None:
         """``(routing_key, queue)`` of one binding set member; None if not kombu's."""
-        text = member.decode() if isinstance(member, bytes) else str(member)
-        parts = text.split(self.sep)
+        parts = text(member).split(self.sep)
         return (parts[0], parts[2]) if len(parts) == 3 else None

@@ -71,7 +71,7 @@ from typing import Any, cast
 
 import redis
 
-from tidegate._redis import lua_script, map_redis_errors
+from tidegate._redis import lua_script, map_redis_errors, text
 from tidegate.load.outstanding import Outstanding, OutstandingUnit
 
 __all__ = ["HeadReading", "SweepIndex"]
@@ -120,9 +120,7 @@ class SweepIndex:
             with map_redis_errors("sweep read queue head"):
                 reply = cast("list[Any]", self._head([list_key], [first, walk, seq], client=broker))
             status, bound = int(reply[0]), int(reply[1])
-            restored.extend(
-                item.decode() if isinstance(item, bytes) else str(item) for item in reply[3:]
-            )
+            restored.extend(text(item) for item in reply[3:])
             if status == 0:
                 return HeadReading(bound, restored)
             if status != 2:
