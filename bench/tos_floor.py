@@ -29,6 +29,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +47,29 @@ _PATH = "/container-reports"
 _BODY = {"container": "MSCU1234567", "event": "discharge", "vessel": "9321483", "pad": "x" * 300}
 
 
+def _stdlib_post(tos_url: str) -> Callable[[str], object]:
+    """One POST a call through a kept-alive ``http.client`` connection."""
+    parts = urlsplit(tos_url)
+    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port)
+
+    def post(key: str) -> object:
+        connection.request(
+            "POST",
+            _PATH,
+            body=json.dumps(_BODY).encode(),
+            headers={"Idempotency-Key": key, "Content-Type": "application/json"},
+        )
+        return connection.getresponse().read()
+
+    return post
+
+
+def _tidegate_post(tos_url: str) -> Callable[[str], object]:
+    """One POST a call through tidegate's :class:`DownstreamClient` (httpx)."""
+    downstream = DownstreamClient("tos", tos_url)
+    return lambda key: downstream.send(_PATH, _BODY, idempotency_key=key)
+
+
 def _loop(
     url: str, tos_url: str, *, calls: int, index: int, client: str, mark: bool, out: Any
 ) -> None:
@@ -53,9 +77,7 @@ def _loop(
     configure_logging(level="WARNING", stream=sys.stderr)
     r = redis.Redis.from_url(url)
     gate = Gate(r, "tos-floor")
-    downstream = DownstreamClient("tos", tos_url)
-    parts = urlsplit(tos_url)
-    stdlib = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port)
+    post = _stdlib_post(tos_url) if client == "stdlib" else _tidegate_post(tos_url)
     seg: dict[str, list[float]] = {"hold_less_service": [], "post": [], "release": []}
     for i in range(calls):
         key = f"{index}-{i}"
@@ -65,16 +87,7 @@ def _loop(
             if mark:
                 r.hset(f"tos-floor:ledger:{key}", mapping={"state": "sending", "at": time.time()})
             posted = time.perf_counter()
-            if client == "stdlib":
-                stdlib.request(
-                    "POST",
-                    _PATH,
-                    body=json.dumps(_BODY).encode(),
-                    headers={"Idempotency-Key": key, "Content-Type": "application/json"},
-                )
-                stdlib.getresponse().read()
-            else:
-                downstream.send(_PATH, _BODY, idempotency_key=key)
+            post(key)
             answered = time.perf_counter()
         released = time.perf_counter()
         seg["post"].append(answered - posted)

@@ -88,10 +88,6 @@ def _lane_gaps(intervals: list[tuple[float, float]], lanes: int) -> list[float]:
     return gaps
 
 
-def _time_avg(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
-    return sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in intervals) / (hi - lo)
-
-
 def _turns(turn_dir: Path) -> list[dict[str, Any]]:
     turns = []
     for path in turn_dir.glob("turn-*.jsonl"):
@@ -319,9 +315,10 @@ def main() -> None:
             },
         },
         "gate": {
-            "leases_held_avg_whole": round(_time_avg(held, first, last), 3),
-            "leases_held_avg_middle_80": round(_time_avg(held, mid_lo, mid_hi), 3),
-            "in_service_avg_middle_80": round(_time_avg(service, mid_lo, mid_hi), 3),
+            # Time-averaged counts: the intervals' summed time over one lane's window.
+            "leases_held_avg_whole": round(clip_busy(held, first, last, 1), 3),
+            "leases_held_avg_middle_80": round(clip_busy(held, mid_lo, mid_hi, 1), 3),
+            "in_service_avg_middle_80": round(clip_busy(service, mid_lo, mid_hi, 1), 3),
         },
         "supply": {
             "tos_queue_depth_samples_in_drain": len(in_drain),
