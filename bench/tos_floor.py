@@ -10,13 +10,25 @@ loop of ``gate.acquire()`` → one POST → release, against the TOS sim in its 
 (``--connections`` connections, calls of ``--service-s``). Whatever the pipeline adds on
 top, ``make demo`` cannot be busier than this.
 
+``--design lanes`` measures the other design, a sender that owns the connections: one
+process holds ``--connections`` leases for the whole run (one thread, one kept-alive
+connection each) and sends the requests that ``--processes`` client processes queue in
+Redis (``RPUSH`` a request, ``BLPOP`` its answer), so the next request is already
+waiting when an answer comes back and no lease changes hands between calls. The
+clients do what a worker would do around its call; the hand-over leaves the
+connection's critical path. (A spike to measure the design's floor, not tidegate code.)
+``--design alone`` is one process posting one call at a time, no gate: what the HTTP
+exchange itself costs beyond the service on an otherwise idle machine — the bound of
+any design (``service / (service + that)``).
+
 ``--client tidegate`` posts through :class:`~tidegate.downstream.DownstreamClient`
 (httpx), ``--client stdlib`` through a kept-alive ``http.client`` connection (to see
 what the HTTP client's own work costs); ``--mark`` adds one ``HSET`` with the lease held,
 as the ledger's ``sending`` mark does.
 
 Run: ``python bench/tos_floor.py [--service-s 0.05 0.1 0.15] [--client tidegate stdlib]
-[--processes 5] [--calls 300] [--mark] [--out bench/results/tos_floor.json]``.
+[--design alone per-call lanes] [--processes 5] [--calls 300] [--mark]
+[--out bench/results/tos_floor.json]``.
 """
 
 from __future__ import annotations
@@ -28,7 +40,9 @@ import multiprocessing
 import os
 import statistics
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,16 +110,85 @@ def _loop(
     out.put(seg)
 
 
-def _run(url: str, args: argparse.Namespace, service_s: float, client: str) -> dict[str, Any]:
-    gate = Gate(redis.Redis.from_url(url), "tos-floor")
-    gate.configure(concurrency=args.connections, rate=1000.0, burst=100)
-    cli = ("--max-connections", str(args.connections), "--service-s", str(service_s))
-    with SimProcess("tos", *cli) as tos:
-        queue: Any = multiprocessing.Queue()
-        procs = [
+_REQUESTS = "tos-floor:lanes:requests"
+_STOP = "stop"
+
+
+def _lane(url: str, tos_url: str, client: str, gaps: list[float], stop: threading.Event) -> None:
+    """One lane of the sender: hold one lease for the whole run; send what is queued."""
+    r = redis.Redis.from_url(url)
+    post = _stdlib_post(tos_url) if client == "stdlib" else _tidegate_post(tos_url)
+    with Gate(r, "tos-floor").acquire(max_wait=60):
+        answered: float | None = None
+        while not stop.is_set():
+            item = r.blpop([_REQUESTS], timeout=1)
+            if item is None:
+                continue
+            request = json.loads(item[1])
+            if request == _STOP:
+                stop.set()
+                break
+            posted = time.perf_counter()
+            if answered is not None:
+                gaps.append(posted - answered)
+            post(request["key"])
+            answered = time.perf_counter()
+            r.rpush(request["reply"], "ok")
+
+
+def _sender(url: str, tos_url: str, *, lanes: int, client: str, out: Any) -> None:
+    """The process that owns the connections: ``lanes`` threads, one lease each."""
+    configure_logging(level="WARNING", stream=sys.stderr)
+    gaps: list[float] = []
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=_lane, args=(url, tos_url, client, gaps, stop))
+        for _ in range(lanes)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    out.put({"lane_gap": gaps})
+
+
+def _queue_loop(url: str, *, calls: int, index: int, out: Any) -> None:
+    """One client of the sender: queue a request, wait for its answer — ``calls`` times."""
+    r = redis.Redis.from_url(url)
+    seg: dict[str, list[float]] = {"round_trip": []}
+    for i in range(calls):
+        reply = f"tos-floor:lanes:reply:{uuid.uuid4().hex}"
+        started = time.perf_counter()
+        r.rpush(_REQUESTS, json.dumps({"key": f"{index}-{i}", "reply": reply}))
+        if r.blpop([reply], timeout=60) is None:
+            raise RuntimeError("the sender did not answer within 60 s")
+        seg["round_trip"].append(time.perf_counter() - started)
+    out.put(seg)
+
+
+def _alone(tos_url: str, *, calls: int, client: str, out: Any) -> None:
+    """One process, no gate, one call at a time: the HTTP exchange's own cost."""
+    configure_logging(level="WARNING", stream=sys.stderr)
+    post = _stdlib_post(tos_url) if client == "stdlib" else _tidegate_post(tos_url)
+    seg: dict[str, list[float]] = {"post": []}
+    for i in range(calls):
+        posted = time.perf_counter()
+        post(f"alone-{i}")
+        seg["post"].append(time.perf_counter() - posted)
+    out.put(seg)
+
+
+def _start(args: argparse.Namespace, url: str, tos_url: str, client: str, queue: Any) -> list[Any]:
+    """The processes of one run: the lone poster, the per-call loops, or the sender and
+    its clients."""
+    if args.design == "alone":
+        kwargs = {"calls": args.calls, "client": client, "out": queue}
+        return [multiprocessing.Process(target=_alone, args=(tos_url,), kwargs=kwargs)]
+    if args.design == "per-call":
+        return [
             multiprocessing.Process(
                 target=_loop,
-                args=(url, tos.url),
+                args=(url, tos_url),
                 kwargs={
                     "calls": args.calls,
                     "index": i,
@@ -116,10 +199,40 @@ def _run(url: str, args: argparse.Namespace, service_s: float, client: str) -> d
             )
             for i in range(args.processes)
         ]
+    sender = multiprocessing.Process(
+        target=_sender,
+        args=(url, tos_url),
+        kwargs={"lanes": args.connections, "client": client, "out": queue},
+    )
+    clients = [
+        multiprocessing.Process(
+            target=_queue_loop,
+            args=(url,),
+            kwargs={"calls": args.calls, "index": i, "out": queue},
+        )
+        for i in range(args.processes)
+    ]
+    return [sender, *clients]
+
+
+def _run(url: str, args: argparse.Namespace, service_s: float, client: str) -> dict[str, Any]:
+    r = redis.Redis.from_url(url)
+    r.delete(_REQUESTS)
+    gate = Gate(r, "tos-floor")
+    gate.configure(concurrency=args.connections, rate=1000.0, burst=100)
+    cli = ("--max-connections", str(args.connections), "--service-s", str(service_s))
+    with SimProcess("tos", *cli) as tos:
+        queue: Any = multiprocessing.Queue()
+        procs = _start(args, url, tos.url, client, queue)
         load = os.getloadavg()[0]
         for p in procs:
             p.start()
-        segs = [queue.get(timeout=600) for _ in procs]
+        segs = [
+            queue.get(timeout=600) for _ in range(1 if args.design == "alone" else args.processes)
+        ]
+        if args.design == "lanes":
+            r.rpush(_REQUESTS, json.dumps(_STOP))
+            segs.append(queue.get(timeout=60))
         for p in procs:
             p.join()
         stats = tos.stats()
@@ -128,13 +241,27 @@ def _run(url: str, args: argparse.Namespace, service_s: float, client: str) -> d
     tenth = 0.1 * (last - first)
 
     def ms(name: str, less: float = 0.0) -> dict[str, float]:
-        values = [v - less for seg in segs for v in seg[name]]
+        values = [v - less for seg in segs for v in seg.get(name, ())]
         return {
             "mean": round(statistics.mean(values) * 1e3, 2),
             "p50": round(statistics.median(values) * 1e3, 2),
         }
 
+    if args.design == "alone":
+        timings = {"ms_post_less_service": ms("post", service_s)}
+    elif args.design == "lanes":
+        timings = {
+            "ms_lane_gap_answer_to_next_post": ms("lane_gap"),
+            "ms_client_round_trip_less_service": ms("round_trip", service_s),
+        }
+    else:
+        timings = {
+            "ms_lease_held_less_service": ms("hold_less_service", service_s),
+            "ms_post_less_service": ms("post", service_s),
+            "ms_answer_to_released": ms("release"),
+        }
     return {
+        "design": args.design,
         "service_s": service_s,
         "client": client,
         "mark": args.mark,
@@ -147,9 +274,7 @@ def _run(url: str, args: argparse.Namespace, service_s: float, client: str) -> d
         "busy_middle_80": round(
             clip_busy(service, first + tenth, last - tenth, args.connections), 4
         ),
-        "ms_lease_held_less_service": ms("hold_less_service", service_s),
-        "ms_post_less_service": ms("post", service_s),
-        "ms_answer_to_released": ms("release"),
+        **timings,
     }
 
 
@@ -157,6 +282,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--service-s", type=float, nargs="+", default=[0.05, 0.1, 0.15])
     parser.add_argument("--client", nargs="+", choices=["tidegate", "stdlib"], default=["tidegate"])
+    parser.add_argument(
+        "--design", nargs="+", choices=["alone", "per-call", "lanes"], default=["per-call"]
+    )
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--processes", type=int, default=5)
     parser.add_argument("--calls", type=int, default=300, help="per process")
@@ -169,8 +297,11 @@ def main() -> None:
     with redis_url() as url:
         for service_s in args.service_s:
             for client in args.client:
-                runs.append(_run(url, args, service_s, client))
-                print(json.dumps(runs[-1]), flush=True)
+                for design in args.design:
+                    one = argparse.Namespace(**vars(args))
+                    one.design = design
+                    runs.append(_run(url, one, service_s, client))
+                    print(json.dumps(runs[-1]), flush=True)
     result = {
         "started": started,
         "processes": args.processes,
