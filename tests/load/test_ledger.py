@@ -4,7 +4,9 @@ TTLs, the clock) is in ``tests/load/stores/test_ledger_behaviour.py``, on both s
 
 from __future__ import annotations
 
+import multiprocessing
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -122,6 +124,65 @@ def test_a_restart_that_lost_the_record_of_the_server_before_is_still_a_restart(
     assert [e.in_doubt for e in after] == [True, True]
     assert told.in_doubt is True
     assert untold.in_doubt is False
+
+
+def _forked_child_reads(url: str, out: Any) -> None:
+    """A work horse's first read: a ledger built in a child forked after the restart."""
+    out.put(DeliveryLedger(redis.Redis.from_url(url), prefix="t").entry("tos", "K-18").in_doubt)
+
+
+def _in_a_forked_child(url: str) -> bool:
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_forked_child_reads, args=(url, out))
+    child.start()
+    try:
+        return bool(out.get(timeout=30))
+    finally:
+        child.join(timeout=30)
+
+
+def test_a_forked_child_starts_from_the_server_its_parent_witnessed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RQ forks a fresh work horse for every job, so a horse's ledger knows of no
+    server before the one it meets: after a restart that lost the record of the server
+    before, it took the new one for a first sight. The worker witnesses the server
+    before each fork (``witness_server``): a child of a parent that witnessed nothing,
+    first to read the new server, is not in doubt; one forked from the witness is,
+    before the parent read the new server and after."""
+    from tidegate.load import ledger as ledger_module
+    from tidegate.load.ledger import witness_server
+    from tidegate.redis_server import EmbeddedRedis
+
+    monkeypatch.setattr(ledger_module, "_WITNESSED", {})
+    server = EmbeddedRedis(appendonly=False).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        DeliveryLedger(client, prefix="t").entry("tos", "K-18")  # the epoch record, then lost
+        witness_server(client)
+        server.kill()
+        server.start()
+        client.connection_pool.disconnect()
+        witnessed = ledger_module._WITNESSED
+        monkeypatch.setattr(ledger_module, "_WITNESSED", {})
+        without_a_witness = _in_a_forked_child(server.url)  # first to read the new server
+        monkeypatch.setattr(ledger_module, "_WITNESSED", witnessed)
+        before_reading_the_new_one = _in_a_forked_child(server.url)
+        witness_server(client)  # the next fork's witness reads the new server
+        after_reading_it = _in_a_forked_child(server.url)
+    finally:
+        server.stop()
+
+    assert without_a_witness is False
+    assert (before_reading_the_new_one, after_reading_it) == (True, True)
+
+
+def test_a_witness_of_an_unreachable_redis_is_a_typed_error() -> None:
+    from tidegate.load.ledger import witness_server
+
+    with pytest.raises(BackendUnavailable):
+        witness_server(redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2))
 
 
 def test_a_negative_doubt_is_a_configuration_error(redis_client: redis.Redis) -> None:

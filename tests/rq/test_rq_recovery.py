@@ -83,6 +83,51 @@ def test_a_killed_work_horse_is_redelivered_and_confirmed_not_sent_twice(
     assert ledger.state("customs", "horse-1") is DeliveryState.DELIVERED
 
 
+def test_a_store_restarted_without_its_files_puts_the_next_work_horse_in_doubt(
+    redis_client: redis.Redis, prefix: str, rq_queue: str, workers: Callable[..., Any]
+) -> None:
+    """tidegate's store (its own Redis, RQ's untouched) is killed after a delivery and
+    comes back with nothing: the ``delivered`` mark and the record of the server
+    before are gone, so the same document, queued again as the lost second's messages
+    come back, looks new. The forking worker read the store's server before each fork,
+    so its next work horse knows the server changed: it asks the gateway first, which
+    has the document, and does not send it again (before: sent twice)."""
+    from tidegate.redis_server import EmbeddedRedis
+
+    store = EmbeddedRedis(appendonly=False).start()
+    try:
+        Gate(redis.Redis.from_url(store.url), "customs", prefix=prefix).configure(
+            rate=100, burst=10
+        )
+        queue = json_queue(rq_queue, redis_client)
+        envelope = {"key": "lost-1", "type": "VERMAS", "body": "UNH+1+VERMAS'"}
+        with CustomsSim(rate=100, burst=10) as sim:
+            pool = workers({"TIDEGATE_CUSTOMS_URL": sim.url, "TIDEGATE_REDIS_URL": store.url})
+            pool.start([rq_queue], burst=False)
+
+            def status(job: Job) -> JobStatus | None:
+                fetched = Job.fetch(job.id, connection=redis_client, serializer=JsonSerializer)
+                return fetched.get_status()
+
+            first = queue.enqueue("rq_jobs.lodge", envelope)
+            wait_for(lambda: status(first) == JobStatus.FINISHED, 60, f"sent\n{pool.logs()}")
+            store.kill()
+            store.start()
+            Gate(redis.Redis.from_url(store.url), "customs", prefix=prefix).configure(
+                rate=100, burst=10
+            )
+            again = queue.enqueue("rq_jobs.lodge", envelope)
+            wait_for(lambda: status(again) == JobStatus.FINISHED, 60, f"again\n{pool.logs()}")
+            done = Job.fetch(again.id, connection=redis_client, serializer=JsonSerializer)
+            stats = sim.stats(timeline=False)
+    finally:
+        store.stop()
+
+    assert done.return_value() == {"tidegate": "already_delivered"}
+    assert sim.accepted_keys() == ["lost-1"]
+    assert stats["duplicates"] == 0
+
+
 def test_a_job_that_cannot_reach_tidegates_redis_stays_in_rq_and_is_delivered_later(
     redis_client: redis.Redis, prefix: str, rq_queue: str, workers: Callable[..., Any]
 ) -> None:

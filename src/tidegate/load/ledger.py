@@ -33,7 +33,9 @@ second of its first write, a server started without its files), the new server w
 look like a first sight. So each :class:`DeliveryLedger` remembers the ``run_id``
 it last read (and, for ``doubt_s``, the one before a change): one that read another
 server before puts the ledger in doubt until ``doubt_s`` after the new one started,
-whoever read it first.
+whoever read it first. A process that forks a fresh child for every job (RQ's work
+horse) calls :func:`witness_server` before each fork: the child's ledgers start from
+what the parent read, where they would otherwise know of no server at all.
 
 Callers see the ledger through :class:`~tidegate.load.protocols.LedgerStore`;
 :class:`DeliveryLedger` is the Redis store, :class:`tidegate.load.memory.MemoryLedger`
@@ -63,6 +65,7 @@ __all__ = [
     "DeliveryState",
     "LedgerEntry",
     "parse_entry",
+    "witness_server",
 ]
 
 #: How long a key is remembered: longer than any replay or redelivery.
@@ -120,6 +123,64 @@ def parse_entry(value: bytes | str | None) -> tuple[DeliveryState, float | None]
     return DeliveryState.SENDING, None
 
 
+class _Witness:
+    """The Redis server (``run_id``) last read at one address, and the one it saw
+    replaced there (with when, monotonic seconds: the same clock in a forked child)."""
+
+    __slots__ = ("replaced", "run_id")
+
+    def __init__(self, run_id: str = "", replaced: tuple[str, float] | None = None) -> None:
+        self.run_id = run_id
+        self.replaced = replaced
+
+    def read(self, run_id: str) -> None:
+        if self.run_id and run_id != self.run_id:
+            self.replaced = (self.run_id, time.monotonic())
+        self.run_id = run_id
+
+    def known(self, doubt_s: float) -> str:
+        """``ledger_entry.lua``'s ARGV[3]: the last server read, and one seen replaced
+        less than ``doubt_s`` ago."""
+        known = [self.run_id]
+        if self.replaced is not None and time.monotonic() - self.replaced[1] < doubt_s:
+            known.append(self.replaced[0])
+        return ",".join(k for k in known if k)
+
+
+#: What :func:`witness_server` read in this process, per server address; inherited by
+#: the children it forks, whose ledgers start from it.
+_WITNESSED: dict[str, _Witness] = {}
+
+
+def _address(client: redis.Redis) -> str:
+    """Where ``client`` connects (a Sentinel service by its name), and its database."""
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
+    where = getattr(pool, "service_name", None) or kwargs.get("path")
+    if not where:
+        where = f"{kwargs.get('host')}:{kwargs.get('port')}"
+    return f"{where}/{kwargs.get('db', 0)}"
+
+
+def witness_server(client: redis.Redis) -> None:
+    """Read which Redis server ``client`` reaches now, for the children this process
+    forks next: each :class:`DeliveryLedger` a child builds on that server starts
+    from it.
+
+    A forking worker's child is new with every job, so its ledgers would know of no
+    server before the one they meet: after a restart that lost the record of the
+    server before (see the module docstring), the first job would take the new server
+    for a first sight. The parent lives across the jobs; one ``INFO`` before each fork
+    carries what it saw into the next child.
+
+    Raises:
+        BackendUnavailable: Redis cannot be reached (the child would fail the same way).
+    """
+    with map_redis_errors("ledger witness"):
+        run_id = text(client.info("server")["run_id"])
+    _WITNESSED.setdefault(_address(client), _Witness()).read(run_id)
+
+
 class DeliveryLedger:
     """Per-downstream delivery state of each idempotency key, in Redis.
 
@@ -152,9 +213,10 @@ class DeliveryLedger:
         self._clock = clock
         self._sending = client.register_script(lua_script("ledger_sending", "tidegate.load"))
         self._entry = client.register_script(lua_script("ledger_entry", "tidegate.load"))
-        # The server this ledger last read, and the one it saw replaced (when, monotonic s).
-        self._run_id = ""
-        self._replaced: tuple[str, float] | None = None
+        # The server this ledger last read (and one it saw replaced), starting from
+        # what this process's parent read before it forked this child, if it did.
+        seen = _WITNESSED.get(_address(client))
+        self._witness = _Witness(seen.run_id, seen.replaced) if seen else _Witness()
 
     def _now_arg(self) -> str:
         return script_now_ms(self._clock)
@@ -175,23 +237,13 @@ class DeliveryLedger:
         """``key``'s record with ``downstream``, the fleet clock and the doubt, in one call."""
         keys = [self._key(downstream, key), self._epoch_key(downstream)]
         with map_redis_errors("ledger check"):
-            args: list[str | float] = [self.doubt_s * 1000, self._now_arg(), self._known()]
+            known = self._witness.known(self.doubt_s)
+            args: list[str | float] = [self.doubt_s * 1000, self._now_arg(), known]
             value, now, doubt_until, raw_run_id = self._entry(keys=keys, args=args)
-        run_id = text(raw_run_id)
-        if self._run_id and run_id != self._run_id:
-            self._replaced = (self._run_id, time.monotonic())
-        self._run_id = run_id
+        self._witness.read(text(raw_run_id))
         state, sent_at = parse_entry(value or None)
         now_ms = float(now)
         return LedgerEntry(state, sent_at, now_ms, now_ms < float(doubt_until))
-
-    def _known(self) -> str:
-        """The servers this ledger read before (``ledger_entry.lua``'s ARGV[3]): the last
-        one, and one it saw replaced less than ``doubt_s`` ago."""
-        known = [self._run_id]
-        if self._replaced is not None and time.monotonic() - self._replaced[1] < self.doubt_s:
-            known.append(self._replaced[0])
-        return ",".join(k for k in known if k)
 
     def delivered(self, downstream: str, key: str) -> bool:
         """Whether ``downstream`` already accepted ``key``."""

@@ -15,15 +15,19 @@ of the garbage collector once the worker is ready (Celery collects before every 
 a pool child, see :mod:`tidegate.integrations.celery.heap`), and a :class:`ParkingMover`
 in each worker's main process that also runs the orphan sweep (a Redis broker can lose
 a message when a worker main process dies between ``BRPOP`` and its ``unacked`` write;
-see :mod:`tidegate.integrations.celery.sweep`).
+see :mod:`tidegate.integrations.celery.sweep`), and the main process's read of tidegate's
+Redis server once ready, which pool children forked later (``max_tasks_per_child``)
+start their delivery ledgers from (:func:`tidegate.load.ledger.witness_server`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from celery import Celery, signals
 
+from tidegate.errors import BackendError
 from tidegate.integrations.celery.amqp_worker import install_amqp_hooks
 from tidegate.integrations.celery.broker import install_write_tolerant_broker
 from tidegate.integrations.celery.discards import DiscardGuard, install_discard_guard
@@ -40,6 +44,7 @@ from tidegate.integrations.celery.preset import (
 from tidegate.integrations.celery.runtime import runtime
 from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
 from tidegate.integrations.celery.timers import install_timer_purge
+from tidegate.load.ledger import witness_server
 
 __all__ = [
     "ATTEMPT_HEADER",
@@ -89,6 +94,13 @@ def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True
             )
             _MOVERS[id(app)] = ParkingMover(app, rt.parking, sweep=sweep).start()
 
+    def _witness(sender: Any = None, **_: Any) -> None:
+        # A pool child recycled after a Redis restart that lost the record of the server
+        # before would know of no server before it; children forked from now on start
+        # from the one read here. Best effort: a child meets an unreachable Redis itself.
+        with contextlib.suppress(BackendError):
+            witness_server(runtime(app).client)
+
     def _track(sender: Any = None, **_: Any) -> None:
         # In every worker process (main and pool children): what the workers publish
         # (an aggregate's forwards, the mover's republishes) is tracked too.
@@ -100,6 +112,7 @@ def setup(app: Celery, preset: CeleryPreset | None = None, *, mover: bool = True
             running.stop()
 
     signals.worker_init.connect(_check, weak=False)
+    signals.worker_ready.connect(_witness, weak=False)
     signals.worker_ready.connect(_start_mover, weak=False)
     signals.worker_init.connect(_track, weak=False)
     signals.worker_shutdown.connect(_stop_mover, weak=False)

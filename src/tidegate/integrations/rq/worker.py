@@ -23,6 +23,7 @@ arguments, that is, the payload.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -30,9 +31,12 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.worker import Worker
 
+from tidegate.errors import BackendError
+from tidegate.integrations.rq._runtime import client_for_job
 from tidegate.integrations.rq._serializer import ContentRefused, JsonSerializer, refusal
 from tidegate.integrations.rq.dlq import dead_letter_refused, redeliver
 from tidegate.integrations.rq.maintenance import PromptMaintenance
+from tidegate.load.ledger import witness_server
 from tidegate.logging import configure
 
 __all__ = ["JsonJobs", "JsonWorker"]
@@ -113,6 +117,16 @@ class JsonJobs(PromptMaintenance):
 class JsonWorker(JsonJobs, Worker):
     """An ``rq.Worker`` (a work horse forked per job) that takes JSON jobs only (see
     the module docstring)."""
+
+    def fork_work_horse(self, job: Job, queue: Queue) -> None:
+        """Read which Redis server tidegate's store is on, then fork: the work horse's
+        delivery ledger starts from it (:func:`~tidegate.load.ledger.witness_server`),
+        so a restart that lost the record of the server before is still seen as one."""
+        # Best effort: an unreachable Redis fails the horse's own first read anyway,
+        # where the lifecycle judges it.
+        with contextlib.suppress(BackendError):
+            witness_server(client_for_job(self.connection))
+        super().fork_work_horse(job, queue)
 
     def handle_work_horse_killed(self, job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
         """The work horse died under the job: RQ fails (or retries) the job right after
