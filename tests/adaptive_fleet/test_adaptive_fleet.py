@@ -13,7 +13,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +24,7 @@ from tidegate.flow import Gate
 from tidegate.flow.adaptive import RedisAdaptiveStore
 from tidegate.harness.burst import vessel_burst
 from tidegate.harness.celery_fleet import Fleet, Pool
+from tidegate.harness.polling import wait_for
 from tidegate.integrations.celery import configure
 from tidegate.keys import Keyspace
 from tidegate.load import DeadLetterQueue, ParkingLot
@@ -34,16 +35,6 @@ pytestmark = pytest.mark.redis
 #: The customs sim's true capacity, never told to the gate.
 HIDDEN_RATE = 4.0
 DOCUMENTS = 120
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll a real condition until it holds (no sleep makes anything pass)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
 @pytest.fixture

@@ -11,9 +11,7 @@ it start from that.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,21 +20,13 @@ from celery import Celery
 
 from tidegate.harness.burst import vessel_burst
 from tidegate.harness.celery_fleet import Fleet, Pool
+from tidegate.harness.polling import wait_for
 from tidegate.integrations.celery import configure
 from tidegate.load import DeliveryLedger, DeliveryState
 from tidegate.redis_server import EmbeddedRedis
 from tidegate.sim import TosSim
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
-
-
-def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
 def test_a_recycled_pool_child_asks_before_resending_after_an_empty_restart(
@@ -75,11 +65,11 @@ def test_a_recycled_pool_child_asks_before_resending_after_an_empty_restart(
             fleet.start()
             try:
                 producer.send_task("edi.tos.push", args=[envelope], queue=queue)
-                _wait_for(delivered, "the first delivery")
+                wait_for(delivered, 60, "the first delivery")
                 store.kill()
                 store.start()
                 producer.send_task("edi.tos.push", args=[envelope], queue=queue)
-                _wait_for(delivered, "the second copy settled")
+                wait_for(delivered, 60, "the second copy settled")
             finally:
                 fleet.stop()
             stats = tos.stats(timeline=False)

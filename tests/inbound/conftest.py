@@ -10,7 +10,6 @@ consumer that held messages cannot leak them into another suite's depth readings
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -19,22 +18,13 @@ import redis
 from celery import Celery
 
 from tidegate.edi.classify import DocumentClass
+from tidegate.harness.polling import wait_for
 from tidegate.integrations.celery import configure
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str = "") -> None:
-    """Poll a real condition until it holds; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout_s}s: {what}")
 
 
 @pytest.fixture
 def poll() -> Callable[..., None]:
-    """:func:`wait_for`, as a fixture (test modules cannot import each other)."""
+    """:func:`~tidegate.harness.polling.wait_for`, as a fixture."""
     return wait_for
 
 

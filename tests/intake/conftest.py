@@ -25,6 +25,7 @@ from celery import Celery
 
 from tidegate.edi import DEFAULT_ROUTES, Route, iso6346_check_digit
 from tidegate.errors import ConfigurationError
+from tidegate.harness.polling import wait_for
 from tidegate.integrations.celery.depth import RedisDepthProbe
 from tidegate.integrations.celery.sender import CelerySender
 from tidegate.load.admission import Admission
@@ -266,16 +267,7 @@ def intake_server(tmp_path: Path) -> Iterator[Any]:
             served.stop()
 
 
-def wait_until(predicate: Any, timeout_s: float, what: str) -> None:
-    """Poll a real condition every 0.1 s (not a sleep standing in for one)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s}s: {what}")
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def until() -> Any:
-    """:func:`wait_until`, for tests (conftest is not importable under importlib mode)."""
-    return wait_until
+    """:func:`~tidegate.harness.polling.wait_for`, for tests."""
+    return wait_for

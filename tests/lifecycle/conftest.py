@@ -43,6 +43,7 @@ from tidegate.delivery import LifecyclePolicy, Stores, deliver
 from tidegate.downstream import DownstreamClient
 from tidegate.flow import Gate
 from tidegate.flow.backends.memory import MemoryBackend
+from tidegate.harness.polling import wait_for
 from tidegate.harness.run_broker import AmqpRunBroker, open_amqp_broker
 from tidegate.integrations.celery import CeleryPreset, configure
 from tidegate.integrations.celery.gated import ATTEMPT_HEADER, FIRST_FAILED_HEADER
@@ -63,16 +64,6 @@ from memory_engine import MemoryEngine, WorkerKilled, unit_of, unit_of_letter  #
 ENGINES = ("memory", "celery", "celery-amqp", "rq")
 #: How long a real worker may take to settle one unit (2 shared CPUs, cold imports).
 SETTLE_S = 90.0
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll a real condition until it holds (never a bare sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
 class EngineHarness(Protocol):

@@ -4,9 +4,10 @@ TTLs, the clock) is in ``tests/load/stores/test_ledger_behaviour.py``, on both s
 
 from __future__ import annotations
 
-import multiprocessing
+import subprocess
+import sys
+import textwrap
 import time
-from typing import Any
 
 import pytest
 import redis
@@ -126,56 +127,84 @@ def test_a_restart_that_lost_the_record_of_the_server_before_is_still_a_restart(
     assert untold.in_doubt is False
 
 
-def _forked_child_reads(url: str, out: Any) -> None:
-    """A work horse's first read: a ledger built in a child forked after the restart."""
-    out.put(DeliveryLedger(redis.Redis.from_url(url), prefix="t").entry("tos", "K-18").in_doubt)
+#: A forking worker's main process, alone in a fresh interpreter (forking the test
+#: process itself, with pytest's and xdist's threads in it, is not fork-safe): one
+#: command a line — ``witness``, ``fork`` (a child builds a ledger and reads one entry;
+#: prints 1 if it is in doubt, else 0), ``fork-unwitnessed`` (the same, forked with
+#: nothing witnessed).
+PARENT = textwrap.dedent(
+    """
+    import os, sys
+    import redis
+    from tidegate.load import DeliveryLedger, ledger
+
+    url = sys.argv[1]
+    client = redis.Redis.from_url(url)
+
+    def fork():
+        pid = os.fork()
+        if pid == 0:
+            entry = DeliveryLedger(redis.Redis.from_url(url), prefix="t").entry("tos", "K-18")
+            os._exit(1 if entry.in_doubt else 0)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "witness":
+            client.connection_pool.disconnect()
+            ledger.witness_server(client)
+            print("ok", flush=True)
+        elif command == "fork":
+            print(fork(), flush=True)
+        elif command == "fork-unwitnessed":
+            witnessed, ledger._WITNESSED = ledger._WITNESSED, {}
+            print(fork(), flush=True)
+            ledger._WITNESSED = witnessed
+    """
+)
 
 
-def _in_a_forked_child(url: str) -> bool:
-    context = multiprocessing.get_context("fork")
-    out = context.Queue()
-    child = context.Process(target=_forked_child_reads, args=(url, out))
-    child.start()
-    try:
-        return bool(out.get(timeout=30))
-    finally:
-        child.join(timeout=30)
-
-
-def test_a_forked_child_starts_from_the_server_its_parent_witnessed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_forked_child_starts_from_the_server_its_parent_witnessed() -> None:
     """RQ forks a fresh work horse for every job, so a horse's ledger knows of no
     server before the one it meets: after a restart that lost the record of the server
     before, it took the new one for a first sight. The worker witnesses the server
     before each fork (``witness_server``): a child of a parent that witnessed nothing,
     first to read the new server, is not in doubt; one forked from the witness is,
     before the parent read the new server and after."""
-    from tidegate.load import ledger as ledger_module
-    from tidegate.load.ledger import witness_server
     from tidegate.redis_server import EmbeddedRedis
 
-    monkeypatch.setattr(ledger_module, "_WITNESSED", {})
     server = EmbeddedRedis(appendonly=False).start()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, server.url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdin is not None
+    assert parent.stdout is not None
+    stdin, stdout = parent.stdin, parent.stdout
+
+    def ask(command: str) -> str:
+        stdin.write(command + "\n")
+        stdin.flush()
+        return stdout.readline().strip()
+
     try:
-        client = redis.Redis.from_url(server.url)
-        DeliveryLedger(client, prefix="t").entry("tos", "K-18")  # the epoch record, then lost
-        witness_server(client)
+        DeliveryLedger(redis.Redis.from_url(server.url), prefix="t").entry("tos", "K-18")
+        assert ask("witness") == "ok"
         server.kill()
-        server.start()
-        client.connection_pool.disconnect()
-        witnessed = ledger_module._WITNESSED
-        monkeypatch.setattr(ledger_module, "_WITNESSED", {})
-        without_a_witness = _in_a_forked_child(server.url)  # first to read the new server
-        monkeypatch.setattr(ledger_module, "_WITNESSED", witnessed)
-        before_reading_the_new_one = _in_a_forked_child(server.url)
-        witness_server(client)  # the next fork's witness reads the new server
-        after_reading_it = _in_a_forked_child(server.url)
+        server.start()  # without its files: the epoch record of the server before is gone
+        without_a_witness = ask("fork-unwitnessed")  # the first to read the new server
+        before_reading_the_new_one = ask("fork")
+        assert ask("witness") == "ok"  # the next fork's witness reads the new server
+        after_reading_it = ask("fork")
     finally:
+        stdin.close()
+        parent.wait(timeout=30)
         server.stop()
 
-    assert without_a_witness is False
-    assert (before_reading_the_new_one, after_reading_it) == (True, True)
+    assert without_a_witness == "0"
+    assert (before_reading_the_new_one, after_reading_it) == ("1", "1")
 
 
 def test_a_witness_of_an_unreachable_redis_is_a_typed_error() -> None:

@@ -14,6 +14,7 @@ from rq.worker import Worker
 
 from tidegate.edi.classify import DocumentClass
 from tidegate.flow import Gate
+from tidegate.harness.polling import wait_for
 from tidegate.integrations.rq import (
     ATTEMPT_META,
     JsonSerializer,
@@ -33,17 +34,6 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 def envelope(key: str) -> dict[str, Any]:
     return {"key": key, "type": "VERMAS", "class": "VERMAS", "body": "UNH+1+VERMAS'"}
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
 def test_rq_workers_stay_within_the_fleet_wide_gate(

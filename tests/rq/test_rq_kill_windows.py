@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +28,7 @@ import redis
 from rq.registry import FailedJobRegistry
 
 from tidegate.flow import Gate
+from tidegate.harness.polling import wait_for
 from tidegate.integrations.rq import json_queue
 from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState
 from tidegate.sim import CustomsSim
@@ -42,15 +42,6 @@ MOMENTS = {
     "in_call": "rq_jobs.lodge",
     "accepted": "rq_stops.lodge_then_stop",
 }
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout_s}s: {what()}")
 
 
 def kill_whole_worker(pid: int) -> None:

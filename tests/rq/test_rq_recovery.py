@@ -22,23 +22,13 @@ from rq.queue import Queue
 from rq.registry import FailedJobRegistry
 
 from tidegate.flow import Gate
+from tidegate.harness.polling import wait_for
 from tidegate.integrations.rq import REDELIVERED_META, JsonSerializer, JsonWorker, json_queue
 from tidegate.integrations.rq._serializer import refusal
 from tidegate.load import DeadLetterQueue, DeliveryLedger, DeliveryState
 from tidegate.sim import CustomsSim
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
 def test_a_killed_work_horse_is_redelivered_and_confirmed_not_sent_twice(

@@ -17,7 +17,7 @@ demo`` commands (``cli/demo*.py``, importing lazily), the tests and ``bench/`` u
   ``overload_app``, ``celery_fleet``, ``rq_fleet``), the run's broker (``run_broker``,
   ``rabbit_node``, ``rabbit_cluster``), and the report: one reconciliation per key
   (``reconcile``), its terminal view (``report_view``) and the pictures (``plot``,
-  ``adaptive_plot``).
+  ``adaptive_plot``); and how the tests wait on a condition (``polling``).
 """
 
 from __future__ import annotations
