@@ -1678,7 +1678,9 @@ def test_scenario_the_bench_schedule_costs_no_429_above_the_ceiling_of_before_th
 def test_scenario_a_capacity_that_comes_back_higher_is_found_within_30_s(back_to: float) -> None:
     """10/s, 4/s from 40 s, then more than before the dip from 60 s. The climb stops at
     the ceiling of before the dip, but its 429 only bounds the next probe: one held
-    there for max_quiet_s found 12/s after 36 s. Now 90 % of it within 30 s."""
+    there for max_quiet_s found 12/s after 36 s. Now 90 % of it within 30 s — on the
+    tick-only loop. The live loop (woken by a 429, ``wake_on_429=True``) does not hold
+    this yet: 1-10 of 24 seeds take over 30 s, up to 47 s (issue #14)."""
     for seed in range(24):
         run_ = run_model(
             PRONE,
