@@ -33,9 +33,10 @@ second of its first write, a server started without its files), the new server w
 look like a first sight. So each :class:`DeliveryLedger` remembers the ``run_id``
 it last read (and, for ``doubt_s``, the one before a change): one that read another
 server before puts the ledger in doubt until ``doubt_s`` after the new one started,
-whoever read it first. A process that forks a fresh child for every job (RQ's work
-horse) calls :func:`witness_server` before each fork: the child's ledgers start from
-what the parent read, where they would otherwise know of no server at all.
+whoever read it first. A process that forks fresh children to run the jobs (RQ's
+work horse for every job; Celery's pool children, recycled after
+``max_tasks_per_child``) calls :func:`witness_server` before it forks: the children's
+ledgers start from what the parent read, where they would otherwise know of no server.
 
 Callers see the ledger through :class:`~tidegate.load.protocols.LedgerStore`;
 :class:`DeliveryLedger` is the Redis store, :class:`tidegate.load.memory.MemoryLedger`
