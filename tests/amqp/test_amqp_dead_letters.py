@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from kombu import Connection, Queue
 from kombu.exceptions import OperationalError
 
 from tidegate.errors import BackendUnavailable
+from tidegate.harness.polling import wait_for
 from tidegate.integrations.celery import CeleryPreset, ParkingMover, configure
 from tidegate.integrations.celery.amqp_drain import (
     BROKER_DEAD_LETTERED,
@@ -139,14 +139,6 @@ def broker(rabbitmq_url: str, prefix: str, topology: AmqpTopology) -> Iterator[C
         channel.close()
 
 
-def _poll(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    """Poll a real condition (the broker dead-letters asynchronously) until true."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
 def test_a_message_over_the_delivery_limit_lands_in_tidegates_dlq_with_the_reason(
     broker: Connection, topology: AmqpTopology, redis_client: redis.Redis, prefix: str
 ) -> None:
@@ -169,7 +161,7 @@ def test_a_message_over_the_delivery_limit_lands_in_tidegates_dlq_with_the_reaso
     dlq = DeadLetterQueue(redis_client, prefix=prefix)
     drain = DeadLetterDrain(broker, dlq, topology=topology)
     moved: list[int] = []
-    _poll(lambda: bool(moved.append(drain.drain_once()) or sum(moved)))
+    wait_for(lambda: bool(moved.append(drain.drain_once()) or sum(moved)), 20, "dead-lettered")
 
     probe = AmqpDepthProbe(broker)
     depth = probe.sample([work.name, topology.dead_letter_queue])
@@ -214,7 +206,9 @@ def test_a_message_a_worker_rejected_keeps_the_workers_reason(
         )
     drain = DeadLetterDrain(broker, dlq, topology=topology)
     moved: list[int] = []
-    _poll(lambda: bool(moved.append(drain.drain_once()) or sum(moved) >= 2))
+    wait_for(
+        lambda: bool(moved.append(drain.drain_once()) or sum(moved) >= 2), 20, "both dead-lettered"
+    )
 
     kept, unknown = dlq.get("t-3"), dlq.get("t-4")
     assert kept == worker_letter

@@ -28,6 +28,7 @@ from tidegate._redis import client_from_url
 from tidegate.flow import Gate
 from tidegate.harness.burst import vessel_burst
 from tidegate.harness.celery_fleet import Fleet, Pool
+from tidegate.harness.polling import wait_for
 from tidegate.integrations.celery import configure
 from tidegate.integrations.celery.amqp_topology import AmqpTopology
 from tidegate.integrations.celery.depth import probe_from_url
@@ -90,13 +91,9 @@ class Harness:
         raise AssertionError("the burst did not contain enough documents")
 
     def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
-        """Poll `predicate` (a real condition, not a sleep) until true or fail."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"condition not met within {timeout_s}s; state: {self.state()}")
+        """Poll `predicate` (a real condition, not a sleep) until true or fail with the
+        fleet's state."""
+        wait_for(predicate, timeout_s, lambda: f"state: {self.state()}", every_s=0.1)
 
     def state(self) -> dict[str, Any]:
         """What the fleet looks like, for a failure message."""

@@ -41,7 +41,7 @@ def test_a_recycled_pool_child_asks_before_resending_after_an_empty_restart(
     queue = f"{prefix}.tos"
     store = EmbeddedRedis(appendonly=False).start()
     producer = configure(Celery(broker=redis_url, set_as_current=False))
-    [report] = [doc for doc in vessel_burst(40, seed=7) if doc.queue == "edi.tos"][:1]
+    report = next(doc for doc in vessel_burst(40, seed=7) if doc.queue == "edi.tos")
     key = f"wit-{uuid.uuid4().hex[:12]}"
     envelope = {**report.envelope(), "key": key}
 

@@ -28,6 +28,7 @@ from tidegate.console.quarantine_replay import celery_quarantine_replayer
 from tidegate.flow import Gate
 from tidegate.harness.burst import vessel_burst
 from tidegate.harness.celery_fleet import Fleet, Pool
+from tidegate.harness.polling import wait_for
 from tidegate.load.quarantine import Quarantine, QuarantinedDocument
 from tidegate.sim import CustomsSim
 
@@ -64,12 +65,9 @@ class Port:
         return int(self.customs.stats(timeline=False)["distinct_keys"])
 
     def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
-        """Poll a real condition (not a sleep) until it holds or fail."""
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not met within {timeout_s} s: {self.customs.stats()}")
-            time.sleep(0.1)
+        """Poll a real condition (not a sleep) until it holds or fail with the gateway's
+        record."""
+        wait_for(predicate, timeout_s, lambda: str(self.customs.stats()), every_s=0.1)
 
 
 @pytest.fixture(scope="module")
