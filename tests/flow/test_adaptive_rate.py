@@ -747,6 +747,7 @@ def test_the_state_round_trips_through_plain_data() -> None:
         waypoint=9.0,
         waypoint_bad=9.8,
         bad_ms=T0 - 2,
+        bad_before_probe=10.4,
     )
 
     assert RateState.from_dict(state.as_dict()) == state
@@ -1457,7 +1458,10 @@ def test_a_fall_that_begins_at_a_running_probe_keeps_its_waypoint() -> None:
     waypoint the first had recorded, which was none. The climb after the window then
     bisected towards the fall's own 429s instead of going back to 9.49 (the model at
     9.85/s: 41 s to 90 % after the rise in 5 of 12 seeds). That second cut records the
-    waypoint: the restored ceiling, and the failed probe's 429 above it."""
+    waypoint: the restored ceiling, and the 429 that bounded the probe (10.44/s). The
+    probe's own 429 was the fall's first and says nothing of 9.97/s: kept as the
+    waypoint's 429, it was climbed past after the window (the capacity was 10/s), and
+    the next probes went a whole factor, to 14.95 and 12.46/s, drawing two 429s."""
     failed = decide_rate(
         RateState(
             rate=9.97,
@@ -1484,8 +1488,10 @@ def test_a_fall_that_begins_at_a_running_probe_keeps_its_waypoint() -> None:
     assert failed.state.waypoint is None
     assert fall.state.ceiling is not None
     assert fall.state.ceiling < 5.0
+    assert failed.state.bad_rate == pytest.approx(9.97)
+    assert failed.state.bad_before_probe == pytest.approx(10.44)
     assert fall.state.waypoint == pytest.approx(9.49)
-    assert fall.state.waypoint_bad == pytest.approx(9.97)
+    assert fall.state.waypoint_bad == pytest.approx(10.44)
 
 
 def test_far_under_the_waypoint_a_probe_that_worked_goes_past_the_failed_probe_of_the_fall() -> (
@@ -1596,6 +1602,27 @@ def test_scenario_the_live_loop_woken_by_a_429_finds_the_bench_capacity_back_wit
         assert (run_.reach_s(60) or math.inf) <= 20
         assert run_.utilisation(75, 150) >= 0.9
         assert run_.throttled_share() <= 0.01
+
+
+@pytest.mark.parametrize("pause_s", [None, 0.02])
+def test_scenario_after_a_fall_that_began_at_a_probe_the_rise_costs_one_429(
+    pause_s: float | None,
+) -> None:
+    """The bench schedule on the live loop, 24 seeds, with the pause written at the
+    report (``None``) or 20 ms after the call. On some seeds the dip's first 429 hit a
+    probe from 9.49 to 9.97/s: it was taken for the probe's failure and its 9.97/s
+    replaced the 10.44/s met before as the waypoint's 429. After the window 9.97/s
+    worked, that bound was dropped, and the climb went × 1.5 twice — 2 or 3 429s in the
+    40 s after the rise on 17 of 24 seeds with the pause at the report (8 of 24 at
+    20 ms). The fall now keeps the bound the probe had: one 429, the probe past the
+    10.44/s that finds whether the capacity came back higher, on all but two seeds."""
+    after_rise = [
+        sum(bench_run(seed, wake_on_429=True, pause_s=pause_s).throttled[60:100])
+        for seed in range(24)
+    ]
+
+    assert max(after_rise) <= 2
+    assert sum(n > 1 for n in after_rise) <= 2
 
 
 def _deep_fall_suspended(**model: Any) -> int:

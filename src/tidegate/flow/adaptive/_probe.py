@@ -234,6 +234,15 @@ def cut_waypoint(
     clean = state.probe_from if state.probe_from is not None else state.ceiling
     if clean is None or clean <= ceiling:
         return None, None
+    prior = state.bad_before_probe
+    if again and after_probe and prior is not None and prior > clean:
+        # That first 429 was the fall's, not the probe's: it says nothing of the
+        # probe's rate, and the 429 that bounded the probe is the one to come back to.
+        # Kept instead, the probe's rate (9.97/s, under a 10/s capacity) was climbed
+        # past after the window, the bound was dropped, and the next probes went
+        # × 1.5 to 14.95/s and 12.46/s: two 429s where one goes (7 of 24 seeds of
+        # the bench schedule on the model of real processes).
+        return clean, prior
     return clean, _bad_rate(state, policy, clean, now_ms)
 
 
@@ -343,6 +352,9 @@ def failed_probe(state: RateState, policy: RatePolicy, base: float, *, now_ms: f
     for 16-20 s (the live loop, woken by the 429, on the model: 4 of 24 seeds took
     34-35 s to reach 90 % of the bench's 10/s after its dip; now 19 s at most).
 
+    The 429 that bounded the probe is kept aside (``bad_before_probe``): if the next
+    429 shows the capacity fell, this one was the fall's, and the waypoint keeps that.
+
     The caller checks ``state.probe_from < base`` (otherwise the capacity fell below
     what worked, and the 429 is handled as a fall, not as a failed probe).
     """
@@ -357,6 +369,7 @@ def failed_probe(state: RateState, policy: RatePolicy, base: float, *, now_ms: f
         wait = min(policy.max_quiet_s, current_quiet_s(state, policy) * 2.0)
     return replace(
         state,
+        bad_before_probe=_bad_rate(state, policy, state.probe_from, now_ms),
         ceiling=max(policy.min_rate, state.probe_from),
         probe_from=None,
         quiet_s=wait,

@@ -135,6 +135,10 @@ class RateState:
         bad_ms: when ``bad_rate`` last started to bound the probes, if not at the
             last rejection (the waypoint's 429, restored at the waypoint); ``None``:
             at ``last_rejection_ms``.
+        bad_before_probe: the recent 429's rate that bounded the last failed probe,
+            before the probe's own 429 took its place in ``bad_rate``. When a second
+            429 right after shows the capacity fell, the probe's 429 was the fall's
+            first, and this one is what the waypoint keeps.
     """
 
     rate: float
@@ -156,6 +160,7 @@ class RateState:
     waypoint: float | None = None
     waypoint_bad: float | None = None
     bad_ms: float | None = None
+    bad_before_probe: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
@@ -187,6 +192,7 @@ class RateState:
             "waypoint": self.waypoint,
             "waypoint_bad": self.waypoint_bad,
             "bad_ms": self.bad_ms,
+            "bad_before_probe": self.bad_before_probe,
         }
 
     @classmethod
@@ -213,6 +219,7 @@ class RateState:
                 waypoint=_opt_float(data.get("waypoint")),
                 waypoint_bad=_opt_float(data.get("waypoint_bad")),
                 bad_ms=_opt_float(data.get("bad_ms")),
+                bad_before_probe=_opt_float(data.get("bad_before_probe")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"unreadable rate state {data!r}: {exc}") from exc
