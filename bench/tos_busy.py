@@ -14,8 +14,16 @@ Busy share is the TOS sim's own record: summed service time over connections × 
 call's start → last call's end). ``--service-s`` sets the TOS's service time (50 ms in
 ``make demo``); a longer one makes the pair less sensitive to CPU contention.
 
+``--demo S [S ...]`` runs the demo as ``make demo`` sizes it (the pool from the default
+overhead, :func:`tidegate.harness.scenarios.vessel.tos_pool`) at each TOS service time in
+turn, ``--rounds`` times, alternating: what the demo's busy share is at calls of another
+length, on the same machine in the same half hour. The HTTP exchange beyond the service
+time costs the same at every length (``bench/tos_floor.py --design alone``), so its share
+of a call shrinks as the call grows.
+
 Run: ``python bench/tos_busy.py [--interchanges 2000] [--service-s 0.05]
-[--out bench/results/tos_busy_pair.json]``.
+[--out bench/results/tos_busy_pair.json]`` or ``python bench/tos_busy.py --demo 0.05 0.1
+[--rounds 3] [--out …]``.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _harness import machine_info
 from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo
 from tidegate.load.sizing import connection_workers, overhead_from_busy_share
 from tidegate.logging import configure as configure_logging
@@ -51,6 +60,7 @@ def _run(config: VesselConfig) -> dict[str, Any]:
         "duplicates": report["duplicates"],
         "accepted_twice": report["accepted_twice"],
         "peak_worker_rss_mb": report["peak_worker_rss_mb"],
+        "intake_post_s": (report.get("intake") or {}).get("post_s"),
         "load_avg_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
     }
 
@@ -61,10 +71,15 @@ def main() -> None:
     parser.add_argument("--service-s", type=float, default=0.05)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--demo", type=float, nargs="+", metavar="SERVICE_S")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     # The intake's and sims' decisions stay out of the figures on stdout (as in
     # ``tidegate demo`` and ``bench/tos_turn.py``).
     configure_logging(level="WARNING", stream=sys.stderr)
+    if args.demo:
+        _demo_rounds(args)
+        return
 
     base = VesselConfig(
         interchanges=args.interchanges,
@@ -92,6 +107,31 @@ def main() -> None:
     print(text)
     if args.out is not None:
         args.out.write_text(text + "\n", encoding="utf-8")
+
+
+def _demo_rounds(args: argparse.Namespace) -> None:
+    """The demo's own pool at each service time, alternating, ``args.rounds`` times."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    runs: list[dict[str, Any]] = []
+    for round_ in range(1, args.rounds + 1):
+        for service_s in args.demo:
+            config = VesselConfig(
+                interchanges=args.interchanges,
+                tos_connections=args.connections,
+                tos_service_s=service_s,
+            )
+            run = {"round": round_, "service_s": service_s, **_run(config)}
+            print(json.dumps(run), flush=True)
+            runs.append(run)
+    result = {
+        "started": started,
+        "interchanges": args.interchanges,
+        "connections": args.connections,
+        "machine": machine_info(),
+        "runs": runs,
+    }
+    if args.out is not None:
+        args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
 
 
 def _fields(config: VesselConfig) -> dict[str, Any]:

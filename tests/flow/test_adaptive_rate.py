@@ -1707,7 +1707,7 @@ def test_scenario_a_capacity_that_comes_back_higher_is_found_within_30_s(back_to
     the ceiling of before the dip, but its 429 only bounds the next probe: one held
     there for max_quiet_s found 12/s after 36 s. Now 90 % of it within 30 s — on the
     tick-only loop. The live loop (woken by a 429, ``wake_on_429=True``) does not hold
-    this yet: 1-10 of 24 seeds take over 30 s, up to 47 s (issue #14)."""
+    this yet: 1-10 of 24 seeds take over 30 s, up to 48 s (issue #14)."""
     for seed in range(24):
         run_ = run_model(
             PRONE,
