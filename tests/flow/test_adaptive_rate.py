@@ -1494,6 +1494,40 @@ def test_a_fall_that_begins_at_a_running_probe_keeps_its_waypoint() -> None:
     assert fall.state.waypoint_bad == pytest.approx(10.44)
 
 
+def test_a_whole_factor_that_failed_just_before_a_fall_stays_the_waypoints_429() -> None:
+    """``tidegate demo --scenario adaptive`` on real processes: the first probe after
+    the slow start went × 1.5 from 7.88 to 11.81/s against a 10/s gateway and drew a
+    429; 1.6 s later the maintenance window's first 429 came. Taken for the fall's
+    first (as a small probe's is), the probe's 429 gave way to the slow start's 17.7/s,
+    and back at the waypoint the climb went × 1.5 to 11.81/s again and drew the same
+    429. A whole factor that failed found an excess: its own rate stays the bound."""
+    failed = decide_rate(
+        RateState(
+            rate=11.81,
+            ceiling=11.81,
+            probe_from=7.88,
+            bad_rate=17.7,
+            bad_ceiling=7.88,
+            last_rejection_ms=T0 - 8_000,
+            last_reprobe_ms=T0 - 2_600,
+            updated_ms=T0 - 1_000,
+        ),
+        RateWindow(successes=8, throttled=1, saturated=True, throttled_admitted_ms=T0 - 500),
+        PRONE,
+        now_ms=T0,
+    )
+    fall = decide_rate(
+        failed.state,
+        RateWindow(successes=3, throttled=1, saturated=True, throttled_admitted_ms=T0 + 1_100),
+        PRONE,
+        now_ms=T0 + 1_600,
+    )
+
+    assert failed.state.bad_before_probe == pytest.approx(17.7)
+    assert fall.state.waypoint == pytest.approx(7.88)
+    assert fall.state.waypoint_bad == pytest.approx(11.81)
+
+
 def test_far_under_the_waypoint_a_probe_that_worked_goes_past_the_failed_probe_of_the_fall() -> (
     None
 ):
@@ -1565,6 +1599,32 @@ def test_a_probe_failed_under_the_waypoint_of_a_fall_waits_the_falls_wait_not_tw
 
     assert (failed.state.ceiling, failed.state.quiet_s) == (pytest.approx(3.35), 8.0)
     assert (steady.state.ceiling, steady.state.quiet_s) == (pytest.approx(9.9), 20.0)
+
+
+def test_back_at_the_waypoint_the_next_probe_does_not_repeat_the_429_of_before_the_fall() -> None:
+    """``tidegate demo --scenario adaptive`` on real processes: the slow start's clean
+    rate was 7.7/s, its first probe went × 1.5 to 11.7/s and drew a 429, and the window
+    (4/s from 20 s) came before anything else was learned. Back at the waypoint
+    (7.7/s) the 429 of before the fall bounds the probes again — but the next went × 1.5
+    to 11.55/s, 1 % under that 429, and drew it again (one more 429, and the wait after
+    it, where one probe halfway goes). A 429 met *in* the fall may bound the climb too
+    tightly, so there only the whole factor reaching it halves the probe; the restored
+    429 of before the fall is a bound like any other: the smallest step counts."""
+    state = _in_a_fall(
+        rate=7.7,
+        ceiling=7.7,
+        probe_from=5.13,
+        waypoint=7.7,
+        waypoint_bad=11.7,
+        quiet_s=4.0,
+        last_reprobe_ms=T0 - 4_500,
+    )
+
+    probe = decide_rate(state, SATURATED, PRONE, now_ms=T0)
+
+    assert probe.reason == "reprobe"
+    assert probe.state.bad_rate == pytest.approx(11.7)
+    assert probe.state.ceiling == pytest.approx((7.7 + 11.7) / 2)
 
 
 def test_after_a_probe_failed_far_under_the_waypoint_the_next_goes_a_whole_factor() -> None:

@@ -40,6 +40,7 @@ are the measurements that chose each constant.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -234,14 +235,19 @@ def cut_waypoint(
     clean = state.probe_from if state.probe_from is not None else state.ceiling
     if clean is None or clean <= ceiling:
         return None, None
-    prior = state.bad_before_probe
-    if again and after_probe and prior is not None and prior > clean:
-        # That first 429 was the fall's, not the probe's: it says nothing of the
-        # probe's rate, and the 429 that bounded the probe is the one to come back to.
-        # Kept instead, the probe's rate (9.97/s, under a 10/s capacity) was climbed
-        # past after the window, the bound was dropped, and the next probes went
-        # × 1.5 to 14.95/s and 12.46/s: two 429s where one goes (7 of 24 seeds of
-        # the bench schedule on the model of real processes).
+    prior, failed = state.bad_before_probe, state.bad_rate
+    small = failed is not None and failed < clean * math.sqrt(policy.reprobe_factor)
+    if again and after_probe and small and prior is not None and prior > clean:
+        # A small probe (under half a whole factor, geometrically) whose 429 came right
+        # before a fall's: a bucket's burst hides a small excess for seconds, so that
+        # 429 was the fall's, and the 429 that bounded the probe is the one to come
+        # back to. Kept instead, the probe's rate (9.97/s, under a 10/s capacity) was
+        # climbed past after the window, the bound was dropped, and the next probes
+        # went × 1.5 to 14.95/s and 12.46/s: two 429s where one goes (7 of 24 seeds of
+        # the bench schedule on the model of real processes). A whole factor that
+        # failed found an excess (7.88 → 11.81/s against 10/s, 1.6 s before a dip, in
+        # `tidegate demo --scenario adaptive`): its own rate stays the bound, not the
+        # slow start's 17.7/s.
         return clean, prior
     return clean, _bad_rate(state, policy, clean, now_ms)
 
@@ -395,8 +401,8 @@ def start_probe(
     429s (two or three with slots handed out ahead) came just before a fall often
     enough to get the fleet suspended.
 
-    After a fall, halfway only once the whole factor would reach the 429: met while
-    the capacity was down, it bounds the climb towards a capacity that came back too
+    After a fall, halfway only once the whole factor would reach a 429 met while the
+    capacity was down: it bounds the climb towards a capacity that came back too
     tightly (halfway from within 5 % took four probes, 16 s, to clear 5.4/s after a
     10 → 4 → 10/s dip). For the same reason, more than a whole factor under the
     waypoint, a probe that worked goes on just past that 429 rather than halfway to
@@ -408,7 +414,11 @@ def start_probe(
     wait = policy.quiet_s if worked else current_quiet_s(state, policy)
     bad = _bad_rate(state, policy, ceiling, now_ms)
     level = ceiling * policy.reprobe_factor
-    near = 1.0 if _fell_lately(state, policy, ceiling, now_ms) else policy.min_reprobe_factor
+    # Met in the fall, a 429 may bound the climb too tightly: only the whole factor
+    # reaching it halves the probe. The 429 of before the fall, restored at the waypoint
+    # (``bad_ms``), is a bound like any other.
+    in_fall = _fell_lately(state, policy, ceiling, now_ms) and state.bad_ms is None
+    near = 1.0 if in_fall else policy.min_reprobe_factor
     point = _waypoint(state, policy, now_ms)
     # A failed probe more than a whole factor under the waypoint met the fall itself
     # (5.02/s against a 4/s window of a 10/s gateway): the next goes a whole factor
