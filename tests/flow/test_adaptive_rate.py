@@ -1451,6 +1451,40 @@ def test_past_the_waypoint_a_ceiling_next_to_the_429_of_before_the_fall_is_held(
     assert (probed.reason, probed.state.ceiling) == ("reprobe", pytest.approx(10.05 * 1.05))
 
 
+def _a_probe_fails_then_the_capacity_falls(
+    *, probe_from: float, level: float, bad: float, bad_ago_ms: float, fall_after_ms: float
+) -> tuple[RateDecision, RateDecision]:
+    """A probe from ``probe_from`` to ``level`` (under a 429 at ``bad``, ``bad_ago_ms``
+    ago) draws a 429 at ``T0``; the capacity's fall draws the next ``fall_after_ms`` later."""
+    failed = decide_rate(
+        RateState(
+            rate=level,
+            ceiling=level,
+            probe_from=probe_from,
+            bad_rate=bad,
+            bad_ceiling=probe_from,
+            last_rejection_ms=T0 - bad_ago_ms,
+            last_reprobe_ms=T0 - 2_600,
+            updated_ms=T0 - 1_000,
+        ),
+        RateWindow(successes=8, throttled=1, saturated=True, throttled_admitted_ms=T0 - 500),
+        PRONE,
+        now_ms=T0,
+    )
+    fall = decide_rate(
+        failed.state,
+        RateWindow(
+            successes=3,
+            throttled=1,
+            saturated=True,
+            throttled_admitted_ms=T0 + fall_after_ms - 500,
+        ),
+        PRONE,
+        now_ms=T0 + fall_after_ms,
+    )
+    return failed, fall
+
+
 def test_a_fall_that_begins_at_a_running_probe_keeps_its_waypoint() -> None:
     """A probe from 9.49 to 9.97/s runs when the capacity falls to 4/s: its 429 is taken
     for a failed probe (the ceiling back to 9.49, no cut of a fall, so no waypoint), and
@@ -1462,26 +1496,8 @@ def test_a_fall_that_begins_at_a_running_probe_keeps_its_waypoint() -> None:
     probe's own 429 was the fall's first and says nothing of 9.97/s: kept as the
     waypoint's 429, it was climbed past after the window (the capacity was 10/s), and
     the next probes went a whole factor, to 14.95 and 12.46/s, drawing two 429s."""
-    failed = decide_rate(
-        RateState(
-            rate=9.97,
-            ceiling=9.97,
-            probe_from=9.49,
-            bad_rate=10.44,
-            bad_ceiling=9.49,
-            last_rejection_ms=T0 - 20_000,
-            last_reprobe_ms=T0 - 3_000,
-            updated_ms=T0 - 1_000,
-        ),
-        RateWindow(successes=8, throttled=1, saturated=True, throttled_admitted_ms=T0 - 500),
-        PRONE,
-        now_ms=T0,
-    )
-    fall = decide_rate(
-        failed.state,
-        RateWindow(successes=3, throttled=1, saturated=True, throttled_admitted_ms=T0 + 1_500),
-        PRONE,
-        now_ms=T0 + 2_000,
+    failed, fall = _a_probe_fails_then_the_capacity_falls(
+        probe_from=9.49, level=9.97, bad=10.44, bad_ago_ms=20_000, fall_after_ms=2_000
     )
 
     assert failed.state.ceiling == pytest.approx(9.49)
@@ -1501,26 +1517,8 @@ def test_a_whole_factor_that_failed_just_before_a_fall_stays_the_waypoints_429()
     first (as a small probe's is), the probe's 429 gave way to the slow start's 17.7/s,
     and back at the waypoint the climb went × 1.5 to 11.81/s again and drew the same
     429. A whole factor that failed found an excess: its own rate stays the bound."""
-    failed = decide_rate(
-        RateState(
-            rate=11.81,
-            ceiling=11.81,
-            probe_from=7.88,
-            bad_rate=17.7,
-            bad_ceiling=7.88,
-            last_rejection_ms=T0 - 8_000,
-            last_reprobe_ms=T0 - 2_600,
-            updated_ms=T0 - 1_000,
-        ),
-        RateWindow(successes=8, throttled=1, saturated=True, throttled_admitted_ms=T0 - 500),
-        PRONE,
-        now_ms=T0,
-    )
-    fall = decide_rate(
-        failed.state,
-        RateWindow(successes=3, throttled=1, saturated=True, throttled_admitted_ms=T0 + 1_100),
-        PRONE,
-        now_ms=T0 + 1_600,
+    failed, fall = _a_probe_fails_then_the_capacity_falls(
+        probe_from=7.88, level=11.81, bad=17.7, bad_ago_ms=8_000, fall_after_ms=1_600
     )
 
     assert failed.state.bad_before_probe == pytest.approx(17.7)
