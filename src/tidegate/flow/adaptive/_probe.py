@@ -359,7 +359,8 @@ def failed_probe(state: RateState, policy: RatePolicy, base: float, *, now_ms: f
     34-35 s to reach 90 % of the bench's 10/s after its dip; now 19 s at most).
 
     The 429 that bounded the probe is kept aside (``bad_before_probe``): if the next
-    429 shows the capacity fell, this one was the fall's, and the waypoint keeps that.
+    429 shows the capacity fell and the probe was a small one, the probe's 429 was the
+    fall's, and the waypoint keeps the one kept aside (see :func:`cut_waypoint`).
 
     The caller checks ``state.probe_from < base`` (otherwise the capacity fell below
     what worked, and the 429 is handled as a fall, not as a failed probe).

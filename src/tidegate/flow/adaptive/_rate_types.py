@@ -137,8 +137,8 @@ class RateState:
             at ``last_rejection_ms``.
         bad_before_probe: the recent 429's rate that bounded the last failed probe,
             before the probe's own 429 took its place in ``bad_rate``. When a second
-            429 right after shows the capacity fell, the probe's 429 was the fall's
-            first, and this one is what the waypoint keeps.
+            429 right after shows the capacity fell and the probe was a small one, the
+            probe's 429 was the fall's first, and this one is what the waypoint keeps.
     """
 
     rate: float
