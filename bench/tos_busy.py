@@ -77,15 +77,15 @@ def main() -> None:
     # The intake's and sims' decisions stay out of the figures on stdout (as in
     # ``tidegate demo`` and ``bench/tos_turn.py``).
     configure_logging(level="WARNING", stream=sys.stderr)
-    if args.demo:
-        _demo_rounds(args)
-        return
-
     base = VesselConfig(
         interchanges=args.interchanges,
         tos_connections=args.connections,
         tos_service_s=args.service_s,
     )
+    if args.demo:
+        _demo_rounds(base, args.demo, args.rounds, args.out)
+        return
+
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     one = _run(
         VesselConfig(**{**_fields(base), "tos_workers": args.connections}),
@@ -109,29 +109,28 @@ def main() -> None:
         args.out.write_text(text + "\n", encoding="utf-8")
 
 
-def _demo_rounds(args: argparse.Namespace) -> None:
-    """The demo's own pool at each service time, alternating, ``args.rounds`` times."""
+def _demo_rounds(
+    base: VesselConfig, service_times: list[float], rounds: int, out: Path | None
+) -> None:
+    """The demo's own pool (``base`` as ``make demo`` sizes it) at each service time,
+    alternating, ``rounds`` times."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     runs: list[dict[str, Any]] = []
-    for round_ in range(1, args.rounds + 1):
-        for service_s in args.demo:
-            config = VesselConfig(
-                interchanges=args.interchanges,
-                tos_connections=args.connections,
-                tos_service_s=service_s,
-            )
+    for round_ in range(1, rounds + 1):
+        for service_s in service_times:
+            config = VesselConfig(**{**_fields(base), "tos_service_s": service_s})
             run = {"round": round_, "service_s": service_s, **_run(config)}
             print(json.dumps(run), flush=True)
             runs.append(run)
     result = {
         "started": started,
-        "interchanges": args.interchanges,
-        "connections": args.connections,
+        "interchanges": base.interchanges,
+        "connections": base.tos_connections,
         "machine": machine_info(),
         "runs": runs,
     }
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    if out is not None:
+        out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
 
 
 def _fields(config: VesselConfig) -> dict[str, Any]:
