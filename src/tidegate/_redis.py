@@ -29,7 +29,9 @@ from tidegate.errors import (
 )
 
 __all__ = [
+    "MIN_BLOCK_S",
     "async_client_from_url",
+    "blocking_timeout_s",
     "client_from_url",
     "clock_ms",
     "hash_pages",
@@ -46,6 +48,28 @@ _SCHEMES = ("redis", "rediss", "unix")
 #: Socket timeouts keep a dead Redis from hanging a worker forever: a decision that
 #: cannot be made within this is a BackendUnavailable, and the gate fails closed.
 _SOCKET_TIMEOUT_S = 5.0
+
+
+#: The shortest timeout a blocking pop (``BLPOP``) is given, seconds. Redis 6.2 turns
+#: the fractional seconds into whole milliseconds by truncation, and 0 means "block
+#: forever": a ``BLPOP`` of 0.4 ms, or of 1 ms (0.001 parses a hair under it), blocked
+#: until the client's socket timeout, which reads as "Redis unreachable". Redis times
+#: a blocked client out on its own clock (every 100 ms at the default ``hz``) anyway,
+#: so a floor of 10 ms costs nothing.
+MIN_BLOCK_S = 0.01
+
+
+def blocking_timeout_s(client: redis.Redis | redis.asyncio.Redis, timeout_s: float) -> float:
+    """The ``BLPOP`` timeout for a wait of up to ``timeout_s``: at least
+    :data:`MIN_BLOCK_S`, and under the client's socket timeout — a block as long as it
+    is a read timeout, which reads as "Redis unreachable" and requeued units for
+    nothing (a lease wait of 10 s against tidegate's 5-s socket timeout in the RQ
+    demo). A waiter decides again after every wake, so a shorter block costs one more
+    round trip, not a lost wake. BLPOP takes a float timeout (Redis >= 6)."""
+    socket_s = client.connection_pool.connection_kwargs.get("socket_timeout")
+    if isinstance(socket_s, int | float) and socket_s > 0:
+        timeout_s = min(timeout_s, max(socket_s / 2, socket_s - 1.0))
+    return max(MIN_BLOCK_S, timeout_s)
 
 
 def _check_url(url: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from tidegate._redis import client_from_url
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.flow.adaptive import (
@@ -117,6 +118,24 @@ def test_a_wait_without_a_429_ends_empty_and_a_bad_timeout_is_refused(
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ConfigurationError):
             store.wait_rejection(keys, bad)
+
+
+def test_a_wait_of_under_a_millisecond_looks_rather_than_blocking(
+    store: AdaptiveStore, keys: AdaptiveKeys, request: pytest.FixtureRequest
+) -> None:
+    """The loop waits out the last sliver of its tick too. On Redis 6.2 a ``BLPOP`` of
+    under a millisecond blocks forever (its timeout is truncated to 0): the wait failed
+    at the client's socket timeout, and the controller's next tick came 6 s late (a
+    slow start of × 2.25 in one decision, in ``tidegate demo --scenario adaptive``)."""
+    if isinstance(store, RedisAdaptiveStore):
+        # A short socket timeout, so that a wait that blocks fails within the test.
+        client = client_from_url(request.getfixturevalue("redis_url"), socket_timeout=0.4)
+        request.addfinalizer(client.close)
+        store = RedisAdaptiveStore(client)
+    for wait_s in (1e-3, 4e-4, 1e-6):
+        assert store.wait_rejection(keys, wait_s) is False
+    store.observe(keys, "throttled")
+    assert store.wait_rejection(keys, 4e-4) is True
 
 
 @pytest.mark.parametrize(

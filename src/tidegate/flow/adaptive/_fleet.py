@@ -162,7 +162,9 @@ class AdaptiveLoop:
                     downstream=self.controller.name,
                     error=type(exc).__name__,
                 )
-                self._stop.wait(left)
+                # Until the tick that was due, not ``left`` more: the failed wait may
+                # have used it all (a socket timeout is 5 s).
+                self._stop.wait(max(0.0, deadline - time.monotonic()))
                 return
 
     def _run(self) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from tidegate._redis import lua_script, map_redis_errors, text
+from tidegate._redis import MIN_BLOCK_S, blocking_timeout_s, lua_script, map_redis_errors, text
 from tidegate.flow.adaptive._hint import RateLimitHint
 from tidegate.flow.adaptive._observe import (
     CallOutcome,
@@ -166,12 +166,16 @@ class RedisAdaptiveStore:
 
     def wait_rejection(self, keys: AdaptiveKeys, timeout_s: float) -> bool:
         check_wait_s(timeout_s)
-        if timeout_s == 0:
+        if timeout_s < MIN_BLOCK_S:
+            # Just look: a BLPOP this short blocks forever on Redis 6.2 (see
+            # MIN_BLOCK_S), and the loop asks for the last sliver of its tick's wait
+            # often (the controller's ticks came 6 s apart, not 1 s, while it did).
             with map_redis_errors("adaptive wake"):
                 return self.client.lpop(keys.wake) is not None
         # BLPOP takes the token; the next drain would have taken it anyway, and the
         # window it stands for is still there. Bounded by WAIT_SLICE_S so the client's
         # socket timeout never cuts a wait short.
+        wait_s = blocking_timeout_s(self.client, min(timeout_s, WAIT_SLICE_S))
         with map_redis_errors("adaptive wake"):
-            popped = self.client.blpop([keys.wake], timeout=min(timeout_s, WAIT_SLICE_S))
+            popped = self.client.blpop([keys.wake], timeout=wait_s)
         return popped is not None

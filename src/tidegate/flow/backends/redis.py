@@ -32,7 +32,12 @@ import redis
 import redis.asyncio
 import redis.exceptions
 
-from tidegate._redis import lua_script, map_redis_errors, translate_redis_error
+from tidegate._redis import (
+    blocking_timeout_s,
+    lua_script,
+    map_redis_errors,
+    translate_redis_error,
+)
 from tidegate.flow.backends.base import (
     AcquireParams,
     AcquireResult,
@@ -89,21 +94,6 @@ _LOAD = {
     name: _frame([_bulk(b"SCRIPT"), _bulk(b"LOAD"), _bulk(text.encode())])
     for name, text in _TEXT.items()
 }
-
-
-def _blocking_s(client: redis.Redis | redis.asyncio.Redis, timeout_s: float) -> float:
-    """How long one ``BLPOP`` for a released lease may block.
-
-    Under the client's socket timeout: a block as long as it is a read timeout, which
-    reads as "Redis unreachable" and requeued units for nothing (a lease wait of 10 s
-    against tidegate's 5-s socket timeout in the RQ demo). The flow decides again after
-    every wake, so a shorter block costs one more round trip, not a lost wake. BLPOP
-    takes a float timeout (Redis >= 6); 0 would block forever.
-    """
-    socket_s = client.connection_pool.connection_kwargs.get("socket_timeout")
-    if isinstance(socket_s, int | float) and socket_s > 0:
-        timeout_s = min(timeout_s, max(socket_s / 2, socket_s - 1.0))
-    return max(0.001, timeout_s)
 
 
 class _Request(NamedTuple):
@@ -334,7 +324,7 @@ class RedisBackend(_Requests):
             self.clock.advance(timeout_s)
             return
         with map_redis_errors("lease wait"):
-            self.client.blpop([keys.released], timeout=_blocking_s(self.client, timeout_s))
+            self.client.blpop([keys.released], timeout=blocking_timeout_s(self.client, timeout_s))
 
     def pause(self, keys: GateKeys, pause_ms: float, reason: str) -> tuple[float, bool]:
         with map_redis_errors("gate pause"):
@@ -415,7 +405,9 @@ class AsyncRedisBackend(_Requests):
             self.clock.advance(timeout_s)
             return
         with map_redis_errors("lease wait"):
-            await self.client.blpop([keys.released], timeout=_blocking_s(self.client, timeout_s))
+            await self.client.blpop(
+                [keys.released], timeout=blocking_timeout_s(self.client, timeout_s)
+            )
 
     async def pause(self, keys: GateKeys, pause_ms: float, reason: str) -> tuple[float, bool]:
         with map_redis_errors("gate pause"):
