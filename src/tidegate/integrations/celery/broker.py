@@ -109,6 +109,17 @@ class _Pending:
     since: float = 0.0
 
 
+def _attached(channel: Any) -> bool:
+    """Whether ``channel`` can still reach Redis: through the connection pool it has,
+    or one built from its transport's connection, which ``Connection.collect()``
+    detaches. A channel closed while its transport was attached keeps the pool its
+    restore built, and its late acks go through (to the restarted server)."""
+    if getattr(channel, "_pool", None) is not None:
+        return True
+    transport = getattr(channel, "connection", None)
+    return transport is not None and getattr(transport, "client", None) is not None
+
+
 class WriteTolerantQoS(kombu_redis.QoS):
     """kombu's Redis QoS with a journal for refused writes (see the module)."""
 
@@ -174,6 +185,25 @@ class WriteTolerantQoS(kombu_redis.QoS):
                 unrecorded=sum(not p.recorded for p in self._pending.values()),
             )
             self._pending.clear()
+        if client is None and not _attached(self.channel):
+            # Celery, on a lost connection, first ``collect()``s it: kombu closes its
+            # channels and detaches the transport. When a BRPOP was in flight, the
+            # first close of the consuming channel fails before it counts as closed
+            # (reading the BRPOP reply raises), and if closing another channel raises
+            # too (the pidbox's auto-delete queue), this one is left open; Celery's
+            # ``connection.close()`` then closes it again with no transport to build a
+            # Redis client from. kombu's restore would raise AttributeError there,
+            # which no caller ignores: the consumer dies ("Unrecoverable error") and
+            # the worker stops taking messages for good. The messages are recorded in
+            # ``unacked`` (the unrecorded ones were dealt with above), so the
+            # visibility timeout gives them back.
+            if self._delivered:
+                log.warning(
+                    "broker_unacked_restore_skipped",
+                    reason="channel_detached",
+                    messages=len(self._delivered),
+                )
+            return
         super().restore_unacked(client)
 
     # -- the journal ---------------------------------------------------------------------
@@ -184,6 +214,17 @@ class WriteTolerantQoS(kombu_redis.QoS):
         return len(self._pending)
 
     def _settle(self, tag: str, outcome: str) -> None:
+        if not _attached(self.channel):
+            # A task that outlived its connection ends after Celery reconnected: its
+            # channel has neither a pool nor a transport left to build a Redis client
+            # from (see restore_unacked), and kombu's write would raise AttributeError
+            # in the event loop, ending the consumer.
+            # The message is in ``unacked``: the visibility timeout hands it out again
+            # and the delivery ledger settles it without a second call.
+            self._pending.pop(tag, None)
+            self._quick_ack(tag)
+            log.warning("broker_settle_skipped", operation=outcome, reason="channel_detached")
+            return
         pending = self._pending.get(tag)
         if pending is not None:
             pending.outcome = outcome
