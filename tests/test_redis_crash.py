@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import redis
 
@@ -14,17 +12,10 @@ pytestmark = pytest.mark.redis
 
 
 def _written(server: EmbeddedRedis, size: int) -> int:
-    """Wait until the AOF has grown past ``size``; return its size.
-
-    Under ``everysec`` Redis writes the file before it answers — unless a background
-    fsync is still running, when it may hold the write back up to 2 s. Waiting for the
-    file (a real condition) keeps the test about the crash, not about that delay.
-    """
-    deadline = time.monotonic() + 10
-    while server.aof_size() <= size and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.aof_size() > size, "redis never wrote the AOF"
-    return server.aof_size()
+    """The AOF's size once it has grown past ``size`` (see ``EmbeddedRedis.aof_grown``)."""
+    grown = server.aof_grown(size)
+    assert grown > size, "redis never wrote the AOF"
+    return grown
 
 
 def _restart_and_read(server: EmbeddedRedis, keys: list[str]) -> list[bytes | None]:

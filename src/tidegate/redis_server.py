@@ -208,6 +208,19 @@ class EmbeddedRedis:
         except FileNotFoundError:
             return 0
 
+    def aof_grown(self, past: int, timeout_s: float = 10.0) -> int:
+        """Wait until the AOF holds more than ``past`` bytes; its size then (``past`` or
+        less if it did not grow within ``timeout_s``).
+
+        Under ``everysec`` Redis writes the file before it answers, unless a background
+        fsync is still running, when it may hold the write back up to 2 s: a kill meant
+        to come after a write waits for the file (a real condition), not for a delay.
+        """
+        deadline = time.monotonic() + timeout_s
+        while (size := self.aof_size()) <= past and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return size
+
     def crash(self, *, keep_aof_bytes: int | None = None) -> int:
         """Die as the host would: SIGKILL, then lose the AOF beyond ``keep_aof_bytes``.
 

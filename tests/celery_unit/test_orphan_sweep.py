@@ -15,12 +15,14 @@ import redis
 from celery import Celery
 from structlog.testing import capture_logs
 
+from tidegate._redis import client_from_url
 from tidegate.errors import ConfigurationError
 from tidegate.integrations.celery.depth import RedisDepthProbe
 from tidegate.integrations.celery.sweep import OrphanSweep, track_publishes
 from tidegate.load import DeliveryLedger, ParkingLot
 from tidegate.load.outstanding import Outstanding, OutstandingUnit, find_orphans
 from tidegate.logging import key_hash
+from tidegate.redis_server import EmbeddedRedis
 
 TASK = "unit.sweep.push"
 
@@ -314,3 +316,48 @@ def test_a_broker_key_prefix_is_honoured(
         untrack()
         redis_client.delete(f"{prefix}-gp:{prefix}-q")
         app.close()
+
+
+def test_a_broker_restart_arms_the_sweep_that_gives_a_lost_pop_back(prefix: str) -> None:
+    """Redis wrote a ``BRPOP``'s pop to its append-only file and died before the worker
+    read the answer: the message is in no list and not in ``unacked``, and no worker
+    died (``tidegate demo --chaos redis-restart`` lost one so, once in about a dozen
+    runs). The server's new ``run_id`` arms the sweep, which gives it back."""
+    server = EmbeddedRedis(appendonly=True).start()
+    client = client_from_url(server.url)
+    app = Celery("sweep-restart", broker=server.url, set_as_current=False)
+    outstanding = Outstanding(client, prefix=prefix)
+    untrack = track_publishes([TASK], outstanding)
+    queue = f"{prefix}-q"
+    sweep = OrphanSweep(
+        app,
+        outstanding,
+        ledger=DeliveryLedger(client, prefix=prefix),
+        parking=ParkingLot(client, prefix=prefix),
+        broker=RedisDepthProbe(client, unacked_key=f"{prefix}:unacked"),
+        interval_s=60,
+    )
+    try:
+        _publish({"app": app, "queue": queue}, ["K1", "K2"])
+        assert sweep.maybe_sweep(now=1000.0) == 0  # a beat: this run of the server noted
+        client.delete(outstanding.lock_key)
+        size = server.aof_size()
+        client.rpop(queue)  # the pop whose answer never reached the worker
+        assert server.aof_grown(size) > size  # the kill must not lose the pop
+        server.kill()
+        server.start()
+
+        results = []
+        with capture_logs() as logs:
+            for i in range(1, 6):
+                results.append(sweep.maybe_sweep(now=1000.0 + 61 * i))
+                client.delete(outstanding.lock_key)  # the interval passes for the fleet
+        assert results == [0, 1, 0, 0, 0]  # missing twice, republished, then present
+        assert _queued_keys(client, queue) == ["K1", "K2"]
+        armed = [e for e in logs if e["event"] == "orphan_sweep_armed"]
+        assert [(e["reason"], e["sweeps"]) for e in armed] == [("broker_restarted", 4)]
+    finally:
+        untrack()
+        app.close()
+        client.close()
+        server.stop()

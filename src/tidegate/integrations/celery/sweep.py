@@ -9,14 +9,17 @@ SIGKILLed between kombu's ``BRPOP`` and its ``unacked`` write loses that message
   on for an app's :class:`GatedTask` tasks; a separate producer app calls it itself.
 - :class:`OrphanSweep` runs in every worker's mover thread. Each worker beats; when
   one falls silent without a clean shutdown (a SIGKILLed main process), its death
-  arms ``misses + 2`` sweeps (event ``orphan_sweep_armed``), and a Redis lock lets one
-  worker sweep per interval. An armed sweep never reads the queues: it reads the
-  oldest end of each queue list, kombu's ``unacked`` hash (in-flight sized), and the
-  units pushed before that oldest message, in pages of :data:`SWEEP_PAGE` (why that
-  suffices: :mod:`tidegate.integrations.celery.sweep_index`). A unit whose message has been missing
-  for ``misses`` sweeps in a row is republished (event ``orphan_republished``). No
-  Redis command it sends and no Python object it holds grows with the backlog, and
-  neither does its time; unarmed, it costs one small Redis call per interval.
+  arms ``misses + 2`` sweeps (event ``orphan_sweep_armed``), and so does the broker's
+  Redis starting again (its ``run_id`` changed since the last beat): a ``BRPOP`` it
+  wrote to its append-only file and died before answering lost that message just the
+  same. A Redis lock lets one worker sweep per interval. An armed sweep never reads
+  the queues: it reads the oldest end of each queue list, kombu's ``unacked`` hash
+  (in-flight sized), and the units pushed before that oldest message, in pages of
+  :data:`SWEEP_PAGE` (why that suffices: :mod:`tidegate.integrations.celery.sweep_index`).
+  A unit whose message has been missing for ``misses`` sweeps in a row is republished
+  (event ``orphan_republished``). No Redis command it sends and no Python object it
+  holds grows with the backlog, and neither does its time; unarmed, it costs one small
+  Redis call per interval.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any, cast
 from celery import Celery
 
 from tidegate._redis import hash_pages, map_redis_errors
-from tidegate.errors import ConfigurationError
+from tidegate.errors import BackendError, BackendUnavailable, ConfigurationError
 from tidegate.integrations.celery.depth import RedisDepthProbe
 from tidegate.integrations.celery.sweep_index import SweepIndex
 from tidegate.integrations.celery.tracking import track_publishes
@@ -134,6 +137,8 @@ class OrphanSweep:
         self._token = uuid.uuid4().hex
         self._next = 0.0
         self._next_beat = 0.0
+        self._broker_run_id: str | None = None
+        self._run_id_readable = True
 
     @classmethod
     def for_app(cls, app: Celery, outstanding: Outstanding, **kwargs: Any) -> OrphanSweep | None:
@@ -157,8 +162,39 @@ class OrphanSweep:
         sweeps = self.misses + 2
         dead = self.outstanding.beat(self.worker, dead_after_s=self.dead_after_s, arm_sweeps=sweeps)
         if dead:
-            log.warning("orphan_sweep_armed", dead_workers=dead, sweeps=sweeps)
+            log.warning(
+                "orphan_sweep_armed", reason="worker_died", dead_workers=dead, sweeps=sweeps
+            )
+        if self._broker_restarted():
+            self.outstanding.arm(sweeps)
+            log.warning(
+                "orphan_sweep_armed", reason="broker_restarted", dead_workers=0, sweeps=sweeps
+            )
         return dead
+
+    def _broker_restarted(self) -> bool:
+        """The broker's Redis is another run of the server than at this worker's last
+        beat: it died and started again (on its append-only file), or failed over.
+
+        A message it popped for a ``BRPOP`` and wrote to its file before it died, but
+        never answered (or whose answer the dying socket dropped), is in no list and not
+        in ``unacked``: lost, as with a killed main process (``tidegate demo --chaos
+        redis-restart``, once in about a dozen runs). A server that refuses ``INFO`` (an
+        ACL without it) is not watched; the death of a worker still arms the sweep."""
+        if not self._run_id_readable:
+            return False
+        try:
+            with map_redis_errors("broker run id"):
+                info = self.broker.client.info("server")
+        except BackendUnavailable:
+            raise
+        except BackendError as exc:
+            self._run_id_readable = False
+            log.warning("orphan_sweep_run_id_unreadable", error=str(exc)[:200])
+            return False
+        run_id = str(info.get("run_id", "")) or None
+        before, self._broker_run_id = self._broker_run_id, run_id
+        return before is not None and run_id is not None and run_id != before
 
     def retire(self) -> None:
         """This worker stops cleanly: its silence must not arm a sweep."""
