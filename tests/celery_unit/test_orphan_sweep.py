@@ -4,6 +4,7 @@ in ``unacked`` (a worker main process SIGKILLed between the two) is given back."
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import tracemalloc
 import uuid
@@ -52,26 +53,36 @@ def test_find_orphans_needs_consecutive_misses() -> None:
         find_orphans(units, present_task_ids=set(), parked_keys=set(), misses={}, threshold=0)
 
 
-@pytest.fixture
-def ctx(redis_url: str, redis_client: redis.Redis, prefix: str) -> Iterator[dict[str, Any]]:
+@contextlib.contextmanager
+def _sweeping(url: str, client: redis.Redis, prefix: str) -> Iterator[dict[str, Any]]:
+    """An app publishing tracked units to ``{prefix}-q`` on the Redis at ``url``, and
+    the orphan sweep over it (tidegate's stores on the same server)."""
     queue = f"{prefix}-q"
-    app = Celery("sweep-unit", broker=redis_url, set_as_current=False)
-    outstanding = Outstanding(redis_client, prefix=prefix)
+    app = Celery("sweep-unit", broker=url, set_as_current=False)
+    outstanding = Outstanding(client, prefix=prefix)
     untrack = track_publishes([TASK], outstanding)
     sweep = OrphanSweep(
         app,
         outstanding,
-        ledger=DeliveryLedger(redis_client, prefix=prefix),
-        parking=ParkingLot(redis_client, prefix=prefix),
-        broker=RedisDepthProbe(redis_client, unacked_key=f"{prefix}:unacked"),
+        ledger=DeliveryLedger(client, prefix=prefix),
+        parking=ParkingLot(client, prefix=prefix),
+        broker=RedisDepthProbe(client, unacked_key=f"{prefix}:unacked"),
         interval_s=60,
     )
     try:
         yield {"app": app, "queue": queue, "outstanding": outstanding, "sweep": sweep}
     finally:
         untrack()
-        redis_client.delete(queue, f"{prefix}:unacked")
         app.close()
+
+
+@pytest.fixture
+def ctx(redis_url: str, redis_client: redis.Redis, prefix: str) -> Iterator[dict[str, Any]]:
+    with _sweeping(redis_url, redis_client, prefix) as made:
+        try:
+            yield made
+        finally:
+            redis_client.delete(made["queue"], f"{prefix}:unacked")
 
 
 def _publish(ctx: dict[str, Any], keys: list[str]) -> None:
@@ -325,39 +336,27 @@ def test_a_broker_restart_arms_the_sweep_that_gives_a_lost_pop_back(prefix: str)
     runs). The server's new ``run_id`` arms the sweep, which gives it back."""
     server = EmbeddedRedis(appendonly=True).start()
     client = client_from_url(server.url)
-    app = Celery("sweep-restart", broker=server.url, set_as_current=False)
-    outstanding = Outstanding(client, prefix=prefix)
-    untrack = track_publishes([TASK], outstanding)
-    queue = f"{prefix}-q"
-    sweep = OrphanSweep(
-        app,
-        outstanding,
-        ledger=DeliveryLedger(client, prefix=prefix),
-        parking=ParkingLot(client, prefix=prefix),
-        broker=RedisDepthProbe(client, unacked_key=f"{prefix}:unacked"),
-        interval_s=60,
-    )
     try:
-        _publish({"app": app, "queue": queue}, ["K1", "K2"])
-        assert sweep.maybe_sweep(now=1000.0) == 0  # a beat: this run of the server noted
-        client.delete(outstanding.lock_key)
-        size = server.aof_size()
-        client.rpop(queue)  # the pop whose answer never reached the worker
-        assert server.aof_grown(size) > size  # the kill must not lose the pop
-        server.kill()
-        server.start()
+        with _sweeping(server.url, client, prefix) as made:
+            queue, outstanding, sweep = made["queue"], made["outstanding"], made["sweep"]
+            _publish(made, ["K1", "K2"])
+            assert sweep.maybe_sweep(now=1000.0) == 0  # a beat: this run of the server noted
+            client.delete(outstanding.lock_key)
+            size = server.aof_size()
+            client.rpop(queue)  # the pop whose answer never reached the worker
+            assert server.aof_grown(size) > size  # the kill must not lose the pop
+            server.kill()
+            server.start()
 
-        results = []
-        with capture_logs() as logs:
-            for i in range(1, 6):
-                results.append(sweep.maybe_sweep(now=1000.0 + 61 * i))
-                client.delete(outstanding.lock_key)  # the interval passes for the fleet
-        assert results == [0, 1, 0, 0, 0]  # missing twice, republished, then present
-        assert _queued_keys(client, queue) == ["K1", "K2"]
-        armed = [e for e in logs if e["event"] == "orphan_sweep_armed"]
-        assert [(e["reason"], e["sweeps"]) for e in armed] == [("broker_restarted", 4)]
+            results = []
+            with capture_logs() as logs:
+                for i in range(1, 6):
+                    results.append(sweep.maybe_sweep(now=1000.0 + 61 * i))
+                    client.delete(outstanding.lock_key)  # the interval passes for the fleet
+            assert results == [0, 1, 0, 0, 0]  # missing twice, republished, then present
+            assert _queued_keys(client, queue) == ["K1", "K2"]
+            armed = [e for e in logs if e["event"] == "orphan_sweep_armed"]
+            assert [(e["reason"], e["sweeps"]) for e in armed] == [("broker_restarted", 4)]
     finally:
-        untrack()
-        app.close()
         client.close()
         server.stop()
