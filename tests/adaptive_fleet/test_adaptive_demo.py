@@ -14,6 +14,7 @@ from tidegate.harness.scenarios.adaptive import (
     AdaptiveDemoConfig,
     capacity_at,
     converge_s,
+    converged_utilisation,
     customs_figures,
 )
 
@@ -68,6 +69,37 @@ def test_a_slow_start_converges_when_the_rolling_rate_reaches_90_percent() -> No
     assert figures["utilisation"] == pytest.approx(120 / (10.0 * fast[-1]), abs=0.001)
 
 
+def _at_rates(*phases: tuple[float, float, float]) -> list[float]:
+    """Accepts evenly spaced at ``rate`` from ``start`` to ``end``, per phase."""
+    accepts: list[float] = []
+    for start, end, rate in phases:
+        accepts += [start + i / rate for i in range(round((end - start) * rate))]
+    return accepts
+
+
+def test_utilisation_once_converged_counts_from_the_first_window_at_90_percent() -> None:
+    """Before the dip: 2/s until 10 s, then 9.5/s: converged from 13 s, 0.95 of the
+    capacity to the dip. After it: 5/s (half) until 50 s, then the full 10/s to 70 s:
+    converged from 53 s, whole. The run's utilisation counts the slow parts too."""
+    accepts = _at_rates((0, 10, 2.0), (10, 20, 9.5), (20, 40, 4.0), (40, 50, 5.0), (50, 70, 10.0))
+    converged = converged_utilisation(CONFIG, accepts)
+    assert converged["before_dip"] == pytest.approx(0.95, abs=0.02)
+    assert converged["after_dip"] == pytest.approx(1.0, abs=0.02)
+    figures = customs_figures(CONFIG, _record(accepts), origin=1000.0)
+    assert figures["utilisation_converged"] == converged
+    assert figures["utilisation"] < 0.85
+
+
+def test_a_phase_that_never_converges_or_converges_late_has_no_share() -> None:
+    """At 8/s before the dip no window reaches 9/s; after it, the full rate from 55 s
+    reaches 90 % at 58 s, under 4 s before the last accept: too little to count."""
+    accepts = _at_rates((0, 20, 8.0), (20, 40, 4.0), (40, 55, 5.0), (55, 62, 10.0))
+    assert converged_utilisation(CONFIG, accepts) == {"before_dip": None, "after_dip": None}
+    longer = [*accepts, *_at_rates((62, 70, 10.0))]
+    assert converged_utilisation(CONFIG, longer)["after_dip"] == pytest.approx(1.0, abs=0.02)
+    assert converged_utilisation(CONFIG, []) == {"before_dip": None, "after_dip": None}
+
+
 @pytest.mark.redis
 @pytest.mark.celery
 @pytest.mark.slow
@@ -107,6 +139,7 @@ def test_adaptive_demo_reports_from_the_sims_record(tmp_path: Path, redis_url: s
     assert isinstance(customs["suspensions"], int)
     assert 0 < customs["utilisation"] <= 1.5
     assert customs["converge_s"] is None or customs["converge_s"] >= 3.0
+    assert set(customs["utilisation_converged"]) == {"before_dip", "after_dip"}
     assert customs["schedule"] == [[20.0, 4.0], [40.0, 10.0]]
     assert plot_path.stat().st_size > 10_000
     assert "plot:" in result.output

@@ -37,6 +37,7 @@ __all__ = [
     "AdaptiveDemoConfig",
     "capacity_at",
     "converge_s",
+    "converged_utilisation",
     "customs_figures",
     "run_adaptive_demo",
     "schedule",
@@ -45,6 +46,9 @@ __all__ = [
 #: The rolling window (s) over which the admitted rate is compared with the capacity,
 #: and the step it slides by: one second would count a single late call as a miss.
 RATE_WINDOW_S, RATE_STEP_S = 3.0, 0.5
+#: A phase's converged share is left out when under this many seconds of it remain
+#: (the bench's rule: a few calls would make it a coin toss).
+_CONVERGED_MIN_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,20 @@ def _capacity_area(config: AdaptiveDemoConfig, start: float, end: float) -> floa
     return sum(capacity_at(config, lo) * (hi - lo) for lo, hi in itertools.pairwise(edges))
 
 
+def _reached_s(
+    config: AdaptiveDemoConfig, times: Sequence[float], start: float, end: float
+) -> float | None:
+    """The end of the first rolling :data:`RATE_WINDOW_S` window within ``[start,
+    end]`` whose accepts reach 90 % of the capacity at its middle; ``None`` if none."""
+    t = start
+    while t + RATE_WINDOW_S <= end:
+        count = sum(1 for a in times if t <= a < t + RATE_WINDOW_S)
+        if count / RATE_WINDOW_S >= 0.9 * capacity_at(config, t + RATE_WINDOW_S / 2):
+            return t + RATE_WINDOW_S
+        t += RATE_STEP_S
+    return None
+
+
 def converge_s(config: AdaptiveDemoConfig, accepted: Sequence[float]) -> float | None:
     """Seconds from the start until the admitted rate (accepts in a rolling
     :data:`RATE_WINDOW_S` window) first reaches 90 % of the capacity in force at the
@@ -96,13 +114,33 @@ def converge_s(config: AdaptiveDemoConfig, accepted: Sequence[float]) -> float |
     times = sorted(accepted)
     if not times:
         return None
-    t = 0.0
-    while t + RATE_WINDOW_S <= times[-1] + RATE_STEP_S:
-        count = sum(1 for a in times if t <= a < t + RATE_WINDOW_S)
-        if count / RATE_WINDOW_S >= 0.9 * capacity_at(config, t + RATE_WINDOW_S / 2):
-            return round(t + RATE_WINDOW_S, 1)
-        t += RATE_STEP_S
-    return None
+    reached = _reached_s(config, times, 0.0, times[-1] + RATE_STEP_S)
+    return None if reached is None else round(reached, 1)
+
+
+def converged_utilisation(
+    config: AdaptiveDemoConfig, accepted: Sequence[float]
+) -> dict[str, float | None]:
+    """Utilisation *once converged*, the issue's goal (>= 90 %), before the dip and
+    after it: from the end of the first rolling window at 90 % of the phase's capacity
+    to the phase's end (the last accept, after the dip); ``None`` for a phase that never
+    got there, or left under :data:`_CONVERGED_MIN_S` of it. The run's ``utilisation``
+    counts the learning and the dip as well, so it stays well under this."""
+    times = sorted(accepted)
+    drain = times[-1] if times else 0.0
+    low_from, low_to = config.dip_at_s, config.dip_at_s + config.dip_s
+    figures: dict[str, float | None] = {}
+    for name, start, end in (
+        ("before_dip", 0.0, min(low_from, drain)),
+        ("after_dip", low_to, drain),
+    ):
+        reached = _reached_s(config, times, start, end)
+        if reached is None or end - reached < _CONVERGED_MIN_S:
+            figures[name] = None
+            continue
+        count = sum(1 for a in times if reached <= a <= end)
+        figures[name] = round(count / _capacity_area(config, reached, end), 3)
+    return figures
 
 
 def customs_figures(
@@ -127,6 +165,7 @@ def customs_figures(
         "drain_s": round(drain, 3),
         "utilisation": round(len(accepted) / area, 3) if area > 0 else None,
         "converge_s": converge_s(config, accepted),
+        "utilisation_converged": converged_utilisation(config, accepted),
         "limit": f"{config.customs_rate:g}/s (hidden)",
         "schedule": [list(step) for step in schedule(config)],
         "max_accepted_1s": record.get("max_accepted_1s"),
