@@ -17,6 +17,10 @@ Redis (``RPUSH`` a request, ``BLPOP`` its answer), so the next request is alread
 waiting when an answer comes back and no lease changes hands between calls. The
 clients do what a worker would do around its call; the hand-over leaves the
 connection's critical path. (A spike to measure the design's floor, not tidegate code.)
+``--design pipelined`` is the same sender with HTTP/1.1 pipelining: each lane writes the
+next queued request while the one before is in service (at most two on a connection, the
+TOS still serving one at a time), so the TOS reads it from its buffer as it answers and
+the HTTP exchange leaves the connection's critical path too.
 ``--design alone`` is one process posting one call at a time, no gate: what the HTTP
 exchange itself costs beyond the service on an otherwise idle machine — the bound of
 any design (``service / (service + that)``).
@@ -27,7 +31,7 @@ what the HTTP client's own work costs); ``--mark`` adds one ``HSET`` with the le
 as the ledger's ``sending`` mark does.
 
 Run: ``python bench/tos_floor.py [--service-s 0.05 0.1 0.15] [--client tidegate stdlib]
-[--design alone per-call lanes] [--processes 5] [--calls 300] [--mark]
+[--design alone per-call lanes pipelined] [--processes 5] [--calls 300] [--mark]
 [--out bench/results/tos_floor.json]``.
 """
 
@@ -38,6 +42,8 @@ import http.client
 import json
 import multiprocessing
 import os
+import queue as queue_mod
+import socket
 import statistics
 import sys
 import threading
@@ -136,13 +142,87 @@ def _lane(url: str, tos_url: str, client: str, gaps: list[float], stop: threadin
             r.rpush(request["reply"], "ok")
 
 
-def _sender(url: str, tos_url: str, *, lanes: int, client: str, out: Any) -> None:
+_PIPE_DEPTH = 2
+
+
+def _read_answer(reader: Any) -> int:
+    """Read one HTTP/1.1 answer (status line, headers, Content-Length body); its status."""
+    status = int(reader.readline().split()[1])
+    length = 0
+    while (line := reader.readline()) not in (b"\r\n", b"\n", b""):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    reader.read(length)
+    return status
+
+
+def _pipelined_lane(url: str, tos_url: str, gaps: list[float], stop: threading.Event) -> None:
+    """One lane, pipelined: up to ``_PIPE_DEPTH`` requests written ahead on one connection.
+
+    A writer thread sends the next queued request while the one before is in service, so
+    the TOS reads it from its buffer the moment it answers; this thread reads the answers
+    in order and hands each back to its client.
+    """
+    parts = urlsplit(tos_url)
+    r = redis.Redis.from_url(url)
+    with Gate(r, "tos-floor").acquire(max_wait=60):
+        sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader = sock.makefile("rb")
+        room = threading.Semaphore(_PIPE_DEPTH)
+        sent: queue_mod.Queue[str | None] = queue_mod.Queue()
+
+        def write() -> None:
+            wr = redis.Redis.from_url(url)
+            while True:
+                room.acquire()
+                item = None
+                while item is None and not stop.is_set():
+                    item = wr.blpop([_REQUESTS], timeout=1)
+                if item is None:
+                    sent.put(None)
+                    return
+                request = json.loads(item[1])
+                if request == _STOP:
+                    stop.set()
+                    sent.put(None)
+                    return
+                body = json.dumps(_BODY).encode()
+                head = (
+                    f"POST {_PATH} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                    f"Content-Type: application/json\r\nIdempotency-Key: {request['key']}\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                ).encode()
+                sent.put(request["reply"])
+                sock.sendall(head + body)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        answered: float | None = None
+        while (reply := sent.get()) is not None:
+            status = _read_answer(reader)
+            now = time.perf_counter()
+            if answered is not None:
+                gaps.append(now - answered)
+            answered = now
+            room.release()
+            r.rpush(reply, str(status))
+        writer.join()
+        sock.close()
+
+
+def _sender(
+    url: str, tos_url: str, *, lanes: int, client: str, out: Any, pipelined: bool = False
+) -> None:
     """The process that owns the connections: ``lanes`` threads, one lease each."""
     configure_logging(level="WARNING", stream=sys.stderr)
     gaps: list[float] = []
     stop = threading.Event()
     threads = [
-        threading.Thread(target=_lane, args=(url, tos_url, client, gaps, stop))
+        threading.Thread(target=_pipelined_lane, args=(url, tos_url, gaps, stop))
+        if pipelined
+        else threading.Thread(target=_lane, args=(url, tos_url, client, gaps, stop))
         for _ in range(lanes)
     ]
     for thread in threads:
@@ -202,7 +282,12 @@ def _start(args: argparse.Namespace, url: str, tos_url: str, client: str, queue:
     sender = multiprocessing.Process(
         target=_sender,
         args=(url, tos_url),
-        kwargs={"lanes": args.connections, "client": client, "out": queue},
+        kwargs={
+            "lanes": args.connections,
+            "client": client,
+            "out": queue,
+            "pipelined": args.design == "pipelined",
+        },
     )
     clients = [
         multiprocessing.Process(
@@ -230,7 +315,7 @@ def _run(url: str, args: argparse.Namespace, service_s: float, client: str) -> d
         segs = [
             queue.get(timeout=600) for _ in range(1 if args.design == "alone" else args.processes)
         ]
-        if args.design == "lanes":
+        if args.design in ("lanes", "pipelined"):
             r.rpush(_REQUESTS, json.dumps(_STOP))
             segs.append(queue.get(timeout=60))
         for p in procs:
@@ -249,6 +334,11 @@ def _run(url: str, args: argparse.Namespace, service_s: float, client: str) -> d
 
     if args.design == "alone":
         timings = {"ms_post_less_service": ms("post", service_s)}
+    elif args.design == "pipelined":
+        timings = {
+            "ms_lane_answer_to_answer_less_service": ms("lane_gap", service_s),
+            "ms_client_round_trip_less_service": ms("round_trip", service_s),
+        }
     elif args.design == "lanes":
         timings = {
             "ms_lane_gap_answer_to_next_post": ms("lane_gap"),
@@ -283,7 +373,10 @@ def main() -> None:
     parser.add_argument("--service-s", type=float, nargs="+", default=[0.05, 0.1, 0.15])
     parser.add_argument("--client", nargs="+", choices=["tidegate", "stdlib"], default=["tidegate"])
     parser.add_argument(
-        "--design", nargs="+", choices=["alone", "per-call", "lanes"], default=["per-call"]
+        "--design",
+        nargs="+",
+        choices=["alone", "per-call", "lanes", "pipelined"],
+        default=["per-call"],
     )
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--processes", type=int, default=5)
