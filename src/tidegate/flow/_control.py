@@ -92,9 +92,10 @@ class _Control:
         self.limit = limit
         self.fail_open = fail_open
         self._wake_cap = max(1, limit.concurrency)
-        # A lease can only be taken where a cap exists or may be configured live; a plain
-        # rate limit needs no holder id, so its try-only parameters never change.
-        self._leases = limit.concurrency > 0 or limit.read_config
+        # A lease can only be taken where a cap exists or may be configured live, and the
+        # limit takes leases at all; a plain rate limit (or a no-lease gate) needs no
+        # holder id, so its try-only parameters never change.
+        self._leases = limit.leases and (limit.concurrency > 0 or limit.read_config)
         self._try_params: dict[int, AcquireParams] = {}
 
     @property

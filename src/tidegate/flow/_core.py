@@ -134,6 +134,11 @@ class Limit:
     """The static description of one limit: its name, keys and default parameters.
 
     Validation happens here, once, for every control.
+
+    ``leases=False`` admits on the pause and the rate only: the concurrency cap (also
+    one configured live) is ignored, no lease is taken and nothing is left to release
+    or renew; the admission is still counted. For callers whose downstream connections
+    are held by someone else's leases (a relay's lanes).
     """
 
     name: str
@@ -144,6 +149,7 @@ class Limit:
     lease_s: float
     check_pause: bool
     read_config: bool
+    leases: bool = True
 
     @classmethod
     def build(
@@ -158,6 +164,7 @@ class Limit:
         lease_s: float = 30.0,
         check_pause: bool = False,
         read_config: bool = False,
+        leases: bool = True,
     ) -> Limit:
         if not name or any(c in name for c in "{}\n\r "):
             raise ConfigurationError(f"limit name must be non-empty without braces/space: {name!r}")
@@ -170,6 +177,7 @@ class Limit:
             lease_s,
             check_pause,
             read_config,
+            leases,
         )
 
     def params(self, cost: int, max_wait_s: float, holder: str) -> AcquireParams:
@@ -183,6 +191,7 @@ class Limit:
             holder=holder,
             check_pause=self.check_pause,
             read_config=self.read_config,
+            leases=self.leases,
         )
 
     def pause_check(self) -> AcquireParams:

@@ -73,7 +73,7 @@ class GateState:
         }
 
 
-def _gate_limit(name: str, policy: GatePolicy, prefix: str) -> Limit:
+def _gate_limit(name: str, policy: GatePolicy, prefix: str, *, leases: bool = True) -> Limit:
     return Limit.build(
         name,
         kind="gate",
@@ -84,6 +84,7 @@ def _gate_limit(name: str, policy: GatePolicy, prefix: str) -> Limit:
         lease_s=policy.lease_s,
         check_pause=True,
         read_config=True,
+        leases=leases,
     )
 
 
@@ -211,6 +212,13 @@ class Gate(SyncControl):
         policy: default shape; read from ``TIDEGATE_<NAME>_*`` when omitted. Live
             values set with :meth:`configure` (or the CLI) take precedence.
         fail_open: admit when Redis is unreachable (default: fail closed).
+        leases: take a concurrency lease with each admission (the default). ``False``
+            admits on the fleet-wide pause and the rate only, for workers whose calls go
+            through a relay: the relay's lanes hold the gate's leases (each one a
+            connection it pipelines requests on), so a worker must neither take one nor
+            wait for one. Such a permit has nothing to release or renew; its admissions
+            still count in :meth:`admitted_total`, and :meth:`state` still shows the
+            leases the fleet holds.
 
     Example::
 
@@ -227,9 +235,11 @@ class Gate(SyncControl):
         policy: GatePolicy | None = None,
         prefix: str = DEFAULT_PREFIX,
         fail_open: bool = False,
+        leases: bool = True,
     ) -> None:
         self.defaults = policy if policy is not None else gate_policy_from_env(name)
-        super().__init__(store, _gate_limit(name, self.defaults, prefix), fail_open=fail_open)
+        limit = _gate_limit(name, self.defaults, prefix, leases=leases)
+        super().__init__(store, limit, fail_open=fail_open)
 
     def try_acquire(self, n: int = 1) -> Decision:
         """Admit now or not at all; an admitted decision may carry a permit to release."""
@@ -304,7 +314,8 @@ class Gate(SyncControl):
 
 
 class AsyncGate(AsyncControl):
-    """The asyncio twin of :class:`Gate`."""
+    """The asyncio twin of :class:`Gate` (``leases=False`` as there: the pause and the
+    rate only, for workers behind a relay whose lanes hold the leases)."""
 
     def __init__(
         self,
@@ -314,9 +325,11 @@ class AsyncGate(AsyncControl):
         policy: GatePolicy | None = None,
         prefix: str = DEFAULT_PREFIX,
         fail_open: bool = False,
+        leases: bool = True,
     ) -> None:
         self.defaults = policy if policy is not None else gate_policy_from_env(name)
-        super().__init__(store, _gate_limit(name, self.defaults, prefix), fail_open=fail_open)
+        limit = _gate_limit(name, self.defaults, prefix, leases=leases)
+        super().__init__(store, limit, fail_open=fail_open)
 
     async def try_acquire(self, n: int = 1) -> Decision:
         """Admit now or not at all."""

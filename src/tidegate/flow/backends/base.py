@@ -51,6 +51,8 @@ class AcquireParams(NamedTuple):
 
     ``rate == 0`` disables the rate part and ``concurrency == 0`` the lease part, so
     the same primitive serves the rate limiter, the concurrency limiter and the gate.
+    ``leases=False`` disables the lease part too, also against a cap configured live
+    (the gate of a caller whose connections a relay's lanes hold the leases for).
     """
 
     cost: int
@@ -63,6 +65,7 @@ class AcquireParams(NamedTuple):
     check_pause: bool
     read_config: bool
     now_ms: float | None = None
+    leases: bool = True
 
 
 class AcquireResult(NamedTuple):

@@ -99,6 +99,8 @@ class MemoryBackend:
             burst = int(limit.config.get("burst", burst))
             cap = int(limit.config.get("concurrency", cap))
             lease_ms = limit.config.get("lease_ms", lease_ms)
+        if not p.leases:
+            cap = 0
         if p.check_pause and limit.paused_until_ms is not None and limit.paused_until_ms > now:
             return AcquireResult(Status.PAUSED, limit.paused_until_ms - now, 0, 0, False, now)
         reclaimed, free = 0, -1

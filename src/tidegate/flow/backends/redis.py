@@ -73,6 +73,10 @@ def _enc(value: str | int | float) -> bytes:
 
 
 def _rate_only(p: AcquireParams) -> bool:
+    """Whether the one-key rate script decides alone: no cap, no pause, no live config.
+
+    A no-lease limit (``leases=False``) with a cap still takes the gate script, which
+    ignores the cap (flag ``n``) and counts the admission."""
     return p.rate > 0 and p.concurrency == 0 and not p.check_pause and not p.read_config
 
 
@@ -127,7 +131,11 @@ def _encoded(keys: GateKeys, p: AcquireParams) -> _Request:
             p.max_wait_ms,
         )
     else:
-        flags = ("p" if p.check_pause else "") + ("c" if p.read_config else "")
+        flags = (
+            ("p" if p.check_pause else "")
+            + ("c" if p.read_config else "")
+            + ("" if p.leases else "n")
+        )
         args = (
             "EVALSHA",
             _SHA[_GATE],

@@ -21,7 +21,9 @@
 -- ARGV[6]  lease_ms     default lease duration after the reserved start, ms
 -- ARGV[7]  max_wait_ms  furthest ahead a slot may be reserved, ms; "0" = admit only now
 -- ARGV[8]  holder       lease holder id (unique per acquisition); "" when no cap
--- ARGV[9]  flags        "p" check pause, "c" read config hash (e.g. "pc"; "" = neither)
+-- ARGV[9]  flags        "p" check pause, "c" read config hash, "n" no lease: the cap is
+--                       treated as 0 after the config hash is read, so no lease is
+--                       counted, taken or returned (e.g. "pc", "pcn"; "" = none)
 --
 -- Every admission adds its cost to KEYS[5] (one INCRBY in this same call); refusals
 -- add nothing.
@@ -58,6 +60,10 @@ if string.find(flags, "c", 1, true) then
   burst = tonumber(cfg[2]) or burst
   cap = tonumber(cfg[3]) or cap
   lease_ms = tonumber(cfg[4]) or lease_ms
+end
+
+if string.find(flags, "n", 1, true) then
+  cap = 0
 end
 
 if string.find(flags, "p", 1, true) then
