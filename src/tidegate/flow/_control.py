@@ -8,6 +8,7 @@ when Redis is unreachable, only if explicitly asked) is applied here, in one pla
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -85,6 +86,16 @@ def _log_release_failed(limit: Limit, holder: str) -> None:
     log.warning("gate_lease_release_failed", downstream=limit.name, holder=holder)
 
 
+def _lease_s(limit: Limit, lease_ms: float | None) -> float:
+    """The lease length a permit renews by: the one its admission used (the live value
+    of ``gate set --lease-s`` overrides the process's default), so the lease is renewed
+    every third of its real length and extended by it. The default when the decision
+    did not say (no backend, a rate-only decision) or said something unusable."""
+    if lease_ms is not None and math.isfinite(lease_ms) and lease_ms > 0:
+        return lease_ms / 1000.0
+    return limit.lease_s
+
+
 class _Control:
     """What both twins hold: the limit, the fail-open policy, cached request shapes."""
 
@@ -120,7 +131,13 @@ class SyncControl(_Control):
         self.backend: Backend = resolve_backend(store)
 
     def _permit(
-        self, holder: str, *, leased: bool, waited_s: float, admitted_ms: float | None = None
+        self,
+        holder: str,
+        *,
+        leased: bool,
+        waited_s: float,
+        admitted_ms: float | None = None,
+        lease_ms: float | None = None,
     ) -> Permit:
         return Permit(
             self.backend,
@@ -129,7 +146,7 @@ class SyncControl(_Control):
             holder=holder,
             leased=leased,
             waited_s=waited_s,
-            lease_s=self.limit.lease_s,
+            lease_s=_lease_s(self.limit, lease_ms),
             wake_cap=self._wake_cap,
             admitted_ms=admitted_ms,
         )
@@ -144,7 +161,13 @@ class SyncControl(_Control):
         if result.status is not Status.ADMITTED:
             return self.limit.refusal(result)
         permit = (
-            self._permit(holder, leased=True, waited_s=0.0, admitted_ms=result.now_ms)
+            self._permit(
+                holder,
+                leased=True,
+                waited_s=0.0,
+                admitted_ms=result.now_ms,
+                lease_ms=result.lease_ms,
+            )
             if result.leased
             else None
         )
@@ -164,6 +187,7 @@ class SyncControl(_Control):
             leased=admitted.leased,
             waited_s=admitted.waited_s,
             admitted_ms=admitted.admitted_ms,
+            lease_ms=admitted.lease_ms,
         )
 
     @contextlib.contextmanager
@@ -189,7 +213,13 @@ class AsyncControl(_Control):
         self.backend: AsyncBackend = resolve_async_backend(store)
 
     def _permit(
-        self, holder: str, *, leased: bool, waited_s: float, admitted_ms: float | None = None
+        self,
+        holder: str,
+        *,
+        leased: bool,
+        waited_s: float,
+        admitted_ms: float | None = None,
+        lease_ms: float | None = None,
     ) -> AsyncPermit:
         return AsyncPermit(
             self.backend,
@@ -198,7 +228,7 @@ class AsyncControl(_Control):
             holder=holder,
             leased=leased,
             waited_s=waited_s,
-            lease_s=self.limit.lease_s,
+            lease_s=_lease_s(self.limit, lease_ms),
             wake_cap=self._wake_cap,
             admitted_ms=admitted_ms,
         )
@@ -213,7 +243,13 @@ class AsyncControl(_Control):
         if result.status is not Status.ADMITTED:
             return self.limit.refusal(result)
         permit = (
-            self._permit(holder, leased=True, waited_s=0.0, admitted_ms=result.now_ms)
+            self._permit(
+                holder,
+                leased=True,
+                waited_s=0.0,
+                admitted_ms=result.now_ms,
+                lease_ms=result.lease_ms,
+            )
             if result.leased
             else None
         )
@@ -233,6 +269,7 @@ class AsyncControl(_Control):
             leased=admitted.leased,
             waited_s=admitted.waited_s,
             admitted_ms=admitted.admitted_ms,
+            lease_ms=admitted.lease_ms,
         )
 
     @contextlib.asynccontextmanager

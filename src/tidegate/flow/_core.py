@@ -120,6 +120,8 @@ class Admission(NamedTuple):
 
     ``admitted_ms`` is when the admitting decision was made (fleet clock): the slot was
     spaced at the rate in force then, however long the caller slept until it.
+    ``lease_ms`` is the lease length that decision used (the live value, when one is
+    configured): the permit renews by it.
     """
 
     waited_s: float
@@ -127,6 +129,7 @@ class Admission(NamedTuple):
     holder: str
     leased: bool
     admitted_ms: float | None = None
+    lease_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +281,14 @@ class Limit:
                             now_s = slept
                             continue
                 waited = now_s - started_s + wait_s
-                return Admission(waited, result.remaining, holder, result.leased, result.now_ms)
+                return Admission(
+                    waited,
+                    result.remaining,
+                    holder,
+                    result.leased,
+                    result.now_ms,
+                    result.lease_ms,
+                )
             if result.status is Status.RATE or (
                 result.status is Status.PAUSED and wait_s > budget_s
             ):

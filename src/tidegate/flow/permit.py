@@ -82,6 +82,13 @@ class _PermitBase:
         #: and at each renewal from the instant the request was sent.
         self._valid_until = 0.0
 
+    @property
+    def lease_s(self) -> float:
+        """The lease length, seconds: the one the admission used (a live value set with
+        ``tidegate gate set --lease-s`` over the default). Renewed every third of it,
+        each renewal extending the lease by it."""
+        return self._lease_s
+
     def _log_lost(self) -> None:
         log.warning("gate_lease_lost", downstream=self.name, holder=self.holder)
 

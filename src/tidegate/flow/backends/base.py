@@ -80,6 +80,10 @@ class AcquireResult(NamedTuple):
         reclaimed: expired leases of dead holders that this decision removed.
         leased: a lease was taken for the holder; the caller must release it.
         now_ms: the decision's time on the fleet clock (Redis TIME), in ms.
+        lease_ms: the lease length the decision used, in ms: the live value of the
+            config hash when one is set (and read), else the caller's default. A
+            lease's holder renews by it, not by its own default. ``None`` from a
+            decision that has no lease part (the rate-only script).
     """
 
     status: Status
@@ -88,6 +92,7 @@ class AcquireResult(NamedTuple):
     reclaimed: int
     leased: bool = False
     now_ms: float = 0.0
+    lease_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,7 +102,9 @@ class MemoryBackend:
         if not p.leases:
             cap = 0
         if p.check_pause and limit.paused_until_ms is not None and limit.paused_until_ms > now:
-            return AcquireResult(Status.PAUSED, limit.paused_until_ms - now, 0, 0, False, now)
+            return AcquireResult(
+                Status.PAUSED, limit.paused_until_ms - now, 0, 0, False, now, lease_ms
+            )
         reclaimed, free = 0, -1
         if cap > 0:
             expired = [h for h, exp in limit.leases.items() if exp < now]
@@ -111,7 +113,9 @@ class MemoryBackend:
             reclaimed = len(expired)
             if len(limit.leases) >= cap:
                 earliest = min(limit.leases.values())
-                return AcquireResult(Status.CONCURRENCY, earliest - now, 0, reclaimed, False, now)
+                return AcquireResult(
+                    Status.CONCURRENCY, earliest - now, 0, reclaimed, False, now, lease_ms
+                )
             free = cap - len(limit.leases) - 1
         wait, remaining = 0.0, -1
         if rate > 0:
@@ -121,14 +125,16 @@ class MemoryBackend:
                 limit.tat_ms, now, cost=p.cost, rate=rate, burst=burst, max_wait_ms=p.max_wait_ms
             )
             if not out.admitted:
-                return AcquireResult(Status.RATE, out.wait_ms, out.remaining, reclaimed, False, now)
+                return AcquireResult(
+                    Status.RATE, out.wait_ms, out.remaining, reclaimed, False, now, lease_ms
+                )
             limit.tat_ms = out.tat_ms
             wait, remaining = out.wait_ms, out.remaining
         if cap > 0:
             limit.leases[p.holder] = now + wait + lease_ms
             remaining = free if remaining < 0 else min(free, remaining)
         limit.admitted += p.cost
-        return AcquireResult(Status.ADMITTED, wait, remaining, reclaimed, cap > 0, now)
+        return AcquireResult(Status.ADMITTED, wait, remaining, reclaimed, cap > 0, now, lease_ms)
 
     def release(self, keys: GateKeys, holder: str, *, wake_cap: int) -> bool:
         with self._lock:

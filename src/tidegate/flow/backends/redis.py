@@ -183,13 +183,20 @@ _new_result = tuple.__new__
 
 
 def _decode(raw: Sequence[int]) -> AcquireResult:
-    if len(raw) == 4:  # rate_acquire: status, wait_us, remaining, now_us
+    if len(raw) == 4:  # rate_acquire: status, wait_us, remaining, now_us (no lease)
         return _new_result(
             AcquireResult,
-            (_STATUSES[raw[0]], raw[1] / 1000.0, raw[2], 0, False, raw[3] / 1000.0),
+            (_STATUSES[raw[0]], raw[1] / 1000.0, raw[2], 0, False, raw[3] / 1000.0, None),
         )
+    # gate_acquire: status, wait_us, remaining, reclaimed, leased, now_us, lease_us
     return AcquireResult(
-        _STATUSES[raw[0]], raw[1] / 1000.0, raw[2], raw[3], raw[4] == 1, raw[5] / 1000.0
+        _STATUSES[raw[0]],
+        raw[1] / 1000.0,
+        raw[2],
+        raw[3],
+        raw[4] == 1,
+        raw[5] / 1000.0,
+        raw[6] / 1000.0,
     )
 
 

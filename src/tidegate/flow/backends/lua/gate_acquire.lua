@@ -28,7 +28,7 @@
 -- Every admission adds its cost to KEYS[5] (one INCRBY in this same call); refusals
 -- add nothing.
 --
--- Returns {status, wait_us, remaining, reclaimed, leased, now_us} as integers:
+-- Returns {status, wait_us, remaining, reclaimed, leased, now_us, lease_us} as integers:
 --   status  0 admitted: sleep wait_us, then go; the lease (if capped) is held
 --           1 rate: the request conforms in wait_us (> max_wait_ms); nothing consumed
 --           2 paused: the fleet-wide pause ends in wait_us; nothing consumed
@@ -38,6 +38,11 @@
 --   reclaimed  expired leases removed by this call (holders that died without releasing)
 --   leased     1 if a lease was taken for holder (the caller must release it), else 0
 --   now_us     the decision's time on the fleet clock, us since epoch
+--   lease_us   the lease length this decision used (the live config's lease_ms when
+--              set, else ARGV[6]), us, rounded up; in every reply, refusals included.
+--              The holder renews by it (a third of it apart), not by its own default:
+--              a live lease shorter than a third of the default would otherwise expire
+--              before its first renewal.
 
 --!include gcra
 
@@ -62,6 +67,8 @@ if string.find(flags, "c", 1, true) then
   lease_ms = tonumber(cfg[4]) or lease_ms
 end
 
+local lease_us = us(lease_ms)
+
 if string.find(flags, "n", 1, true) then
   cap = 0
 end
@@ -69,7 +76,7 @@ end
 if string.find(flags, "p", 1, true) then
   local until_ms = tonumber(redis.call("HGET", KEYS[3], "until_ms"))
   if until_ms and until_ms > now then
-    return {2, us(until_ms - now), 0, 0, 0, now_us}
+    return {2, us(until_ms - now), 0, 0, 0, now_us, lease_us}
   end
 end
 
@@ -80,7 +87,7 @@ if cap > 0 then
   local held = redis.call("ZCARD", KEYS[2])
   if held >= cap then
     local first = redis.call("ZRANGE", KEYS[2], 0, 0, "WITHSCORES")
-    return {3, us(tonumber(first[2]) - now), 0, reclaimed, 0, now_us}
+    return {3, us(tonumber(first[2]) - now), 0, reclaimed, 0, now_us, lease_us}
   end
   free = cap - held - 1
 end
@@ -94,7 +101,7 @@ if rate > 0 then
   local admitted
   admitted, wait, remaining = gcra(KEYS[1], now, cost, 1000 / rate, burst, max_wait)
   if not admitted then
-    return {1, us(wait), remaining, reclaimed, 0, now_us}
+    return {1, us(wait), remaining, reclaimed, 0, now_us, lease_us}
   end
 end
 
@@ -107,8 +114,8 @@ if cap > 0 then
   redis.call("PEXPIRE", KEYS[2], math.ceil(tonumber(last[2]) - now) + 60000)
   if remaining < 0 or free < remaining then remaining = free end
   redis.call("INCRBY", KEYS[5], cost)
-  return {0, us(wait), remaining, reclaimed, 1, now_us}
+  return {0, us(wait), remaining, reclaimed, 1, now_us, lease_us}
 end
 
 redis.call("INCRBY", KEYS[5], cost)
-return {0, us(wait), remaining, reclaimed, 0, now_us}
+return {0, us(wait), remaining, reclaimed, 0, now_us, lease_us}
