@@ -279,3 +279,41 @@ def test_async_a_live_concurrency_change_does_not_make_it_take_a_lease(
         )
 
     assert run(scenario()) == (False, True, 1)
+
+
+# --- the lanes' side: a lease without a rate token (tokens=False) ------------------------
+
+
+def test_a_lane_takes_a_lease_without_a_rate_token(
+    make: Callable[..., Any], clock: ManualClock
+) -> None:
+    """Rate 1/s, burst 1: a worker takes the one token; a lane (``tokens=False``) is
+    still admitted at once and holds a lease, and the worker's next token is due when
+    it would have been without the lane — the lane's lease cost the rate nothing."""
+    policy = GatePolicy(rate=1.0, burst=1, concurrency=2, lease_s=10)
+    worker = make(Gate, "tos", policy=policy, leases=False)
+    lane = make(Gate, "tos", policy=policy, tokens=False)
+
+    worker.acquire(max_wait=0)
+    held = lane.acquire(max_wait=0)
+    refused = worker.try_acquire()
+
+    assert held.leased
+    assert held.waited_s == 0.0
+    assert lane.state().leases_held == 1
+    assert (refused.allowed, refused.reason) == (False, "rate")
+    assert refused.wait_s == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_lane_still_waits_for_a_lease_and_for_a_pause(
+    make: Callable[..., Any], clock: ManualClock
+) -> None:
+    """The cap and the pause bind a lane as they bind any lease holder."""
+    policy = GatePolicy(rate=1.0, burst=1, concurrency=1, lease_s=10)
+    lane = make(Gate, "tos", policy=policy, tokens=False)
+    first = lane.acquire(max_wait=0)
+
+    assert lane.try_acquire().reason == "concurrency"
+    first.release()
+    lane.pause(2.0, "operator")
+    assert lane.try_acquire().reason == "paused"

@@ -141,7 +141,9 @@ class Limit:
     ``leases=False`` admits on the pause and the rate only: the concurrency cap (also
     one configured live) is ignored, no lease is taken and nothing is left to release
     or renew; the admission is still counted. For callers whose downstream connections
-    are held by someone else's leases (a relay's lanes).
+    are held by someone else's leases (a relay's lanes). ``tokens=False`` is the other
+    half: a lease (and the pause) without a rate token, for those lanes themselves —
+    their workers already took the token of every call they send.
     """
 
     name: str
@@ -153,6 +155,7 @@ class Limit:
     check_pause: bool
     read_config: bool
     leases: bool = True
+    tokens: bool = True
 
     @classmethod
     def build(
@@ -168,6 +171,7 @@ class Limit:
         check_pause: bool = False,
         read_config: bool = False,
         leases: bool = True,
+        tokens: bool = True,
     ) -> Limit:
         if not name or any(c in name for c in "{}\n\r "):
             raise ConfigurationError(f"limit name must be non-empty without braces/space: {name!r}")
@@ -181,6 +185,7 @@ class Limit:
             check_pause,
             read_config,
             leases,
+            tokens,
         )
 
     def params(self, cost: int, max_wait_s: float, holder: str) -> AcquireParams:
@@ -195,6 +200,7 @@ class Limit:
             check_pause=self.check_pause,
             read_config=self.read_config,
             leases=self.leases,
+            tokens=self.tokens,
         )
 
     def pause_check(self) -> AcquireParams:

@@ -73,7 +73,9 @@ class GateState:
         }
 
 
-def _gate_limit(name: str, policy: GatePolicy, prefix: str, *, leases: bool = True) -> Limit:
+def _gate_limit(
+    name: str, policy: GatePolicy, prefix: str, *, leases: bool = True, tokens: bool = True
+) -> Limit:
     return Limit.build(
         name,
         kind="gate",
@@ -85,6 +87,7 @@ def _gate_limit(name: str, policy: GatePolicy, prefix: str, *, leases: bool = Tr
         check_pause=True,
         read_config=True,
         leases=leases,
+        tokens=tokens,
     )
 
 
@@ -219,6 +222,9 @@ class Gate(SyncControl):
             wait for one. Such a permit has nothing to release or renew; its admissions
             still count in :meth:`admitted_total`, and :meth:`state` still shows the
             leases the fleet holds.
+        tokens: take a rate token with each admission (the default). ``False`` takes
+            the lease (and waits out a pause) without one: a relay lane's lease, whose
+            calls' tokens their workers took.
 
     Example::
 
@@ -236,9 +242,10 @@ class Gate(SyncControl):
         prefix: str = DEFAULT_PREFIX,
         fail_open: bool = False,
         leases: bool = True,
+        tokens: bool = True,
     ) -> None:
         self.defaults = policy if policy is not None else gate_policy_from_env(name)
-        limit = _gate_limit(name, self.defaults, prefix, leases=leases)
+        limit = _gate_limit(name, self.defaults, prefix, leases=leases, tokens=tokens)
         super().__init__(store, limit, fail_open=fail_open)
 
     def try_acquire(self, n: int = 1) -> Decision:
@@ -315,7 +322,8 @@ class Gate(SyncControl):
 
 class AsyncGate(AsyncControl):
     """The asyncio twin of :class:`Gate` (``leases=False`` as there: the pause and the
-    rate only, for workers behind a relay whose lanes hold the leases)."""
+    rate only, for workers behind a relay whose lanes hold the leases; ``tokens=False``:
+    the lease and the pause only, for the lanes)."""
 
     def __init__(
         self,
@@ -326,9 +334,10 @@ class AsyncGate(AsyncControl):
         prefix: str = DEFAULT_PREFIX,
         fail_open: bool = False,
         leases: bool = True,
+        tokens: bool = True,
     ) -> None:
         self.defaults = policy if policy is not None else gate_policy_from_env(name)
-        limit = _gate_limit(name, self.defaults, prefix, leases=leases)
+        limit = _gate_limit(name, self.defaults, prefix, leases=leases, tokens=tokens)
         super().__init__(store, limit, fail_open=fail_open)
 
     async def try_acquire(self, n: int = 1) -> Decision:

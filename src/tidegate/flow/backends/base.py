@@ -52,7 +52,9 @@ class AcquireParams(NamedTuple):
     ``rate == 0`` disables the rate part and ``concurrency == 0`` the lease part, so
     the same primitive serves the rate limiter, the concurrency limiter and the gate.
     ``leases=False`` disables the lease part too, also against a cap configured live
-    (the gate of a caller whose connections a relay's lanes hold the leases for).
+    (the gate of a caller whose connections a relay's lanes hold the leases for), and
+    ``tokens=False`` the rate part (the lanes' own leases: their calls' tokens were
+    taken by the workers that sent them).
     """
 
     cost: int
@@ -66,6 +68,7 @@ class AcquireParams(NamedTuple):
     read_config: bool
     now_ms: float | None = None
     leases: bool = True
+    tokens: bool = True
 
 
 class AcquireResult(NamedTuple):

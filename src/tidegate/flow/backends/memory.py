@@ -101,6 +101,8 @@ class MemoryBackend:
             lease_ms = limit.config.get("lease_ms", lease_ms)
         if not p.leases:
             cap = 0
+        if not p.tokens:
+            rate = 0
         if p.check_pause and limit.paused_until_ms is not None and limit.paused_until_ms > now:
             return AcquireResult(
                 Status.PAUSED, limit.paused_until_ms - now, 0, 0, False, now, lease_ms

@@ -77,7 +77,9 @@ def _rate_only(p: AcquireParams) -> bool:
 
     A no-lease limit (``leases=False``) with a cap still takes the gate script, which
     ignores the cap (flag ``n``) and counts the admission."""
-    return p.rate > 0 and p.concurrency == 0 and not p.check_pause and not p.read_config
+    return (
+        p.rate > 0 and p.tokens and p.concurrency == 0 and not p.check_pause and not p.read_config
+    )
 
 
 #: Where ``now`` sits in each command (after EVALSHA, sha, numkeys and the keys).
@@ -135,6 +137,7 @@ def _encoded(keys: GateKeys, p: AcquireParams) -> _Request:
             ("p" if p.check_pause else "")
             + ("c" if p.read_config else "")
             + ("" if p.leases else "n")
+            + ("" if p.tokens else "t")
         )
         args = (
             "EVALSHA",

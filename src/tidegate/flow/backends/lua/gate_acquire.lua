@@ -23,7 +23,10 @@
 -- ARGV[8]  holder       lease holder id (unique per acquisition); "" when no cap
 -- ARGV[9]  flags        "p" check pause, "c" read config hash, "n" no lease: the cap is
 --                       treated as 0 after the config hash is read, so no lease is
---                       counted, taken or returned (e.g. "pc", "pcn"; "" = none)
+--                       counted, taken or returned; "t" no token: the rate is
+--                       treated as 0 after the config hash is read (a relay lane's
+--                       lease, whose calls' tokens the workers took) (e.g. "pc",
+--                       "pcn", "pct"; "" = none)
 --
 -- Every admission adds its cost to KEYS[5] (one INCRBY in this same call); refusals
 -- add nothing.
@@ -71,6 +74,9 @@ local lease_us = us(lease_ms)
 
 if string.find(flags, "n", 1, true) then
   cap = 0
+end
+if string.find(flags, "t", 1, true) then
+  rate = 0
 end
 
 if string.find(flags, "p", 1, true) then
