@@ -281,6 +281,16 @@ class Keyspace:
         """The Redis run the ledger of ``downstream`` last saw (restart detection)."""
         return f"{self.prefix}:ledger-epoch:{{{downstream}}}"
 
+    def relay_requests(self, downstream: str) -> str:
+        """The list of requests waiting for one of ``downstream``'s relay lanes."""
+        _check_name("downstream", downstream)
+        return f"{self.prefix}:relay:{{{downstream}}}:requests"
+
+    def relay_answer(self, downstream: str, request_id: str) -> str:
+        """Where the relay puts the answer to request ``request_id`` (one element)."""
+        _check_name("downstream", downstream)
+        return f"{self.prefix}:relay:{{{downstream}}}:answer:{request_id}"
+
     def batch(self, batch_id: str) -> BatchKeys:
         """Keys of bulk batch ``batch_id``."""
         base = f"{self.prefix}:batch:{{{batch_id}}}"

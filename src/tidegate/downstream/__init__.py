@@ -11,6 +11,10 @@
   ``RateLimit``/``RateLimit-Policy``, ``X-RateLimit-*``) as a typed hint for the
   adaptive rate controller.
 * :func:`backoff_delay` — exponential backoff with full jitter, for task retries.
+* :class:`RelayTransport` — a worker's side of the relay
+  (:mod:`tidegate.downstream.relay`: lanes that own a connection-limited downstream's
+  connections and pipeline the fleet's calls); an httpx transport, so the client above
+  does not change.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from tidegate.downstream._client import (
     PauseFeedback,
 )
 from tidegate.downstream._ratelimit_headers import parse_rate_limit_headers
+from tidegate.downstream._relay_transport import RelayTransport
 from tidegate.downstream._report import CallObserver, ObservedOutcome
 
 __all__ = [
@@ -59,6 +64,7 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "PauseFeedback",
+    "RelayTransport",
     "RetryAfter",
     "RetryAfterIssue",
     "RetryAfterPolicy",
