@@ -186,3 +186,57 @@ def test_stores_build_the_downstream_client_before_the_unit_takes_a_lease(
     assert built == ["tos"]  # the same client, not a second one
     rt.stores("db")  # no URL configured: nothing to build, and no error
     assert built == ["tos"]
+
+
+@pytest.mark.parametrize("value", ["0", "17", "two", "-1", "1.5"])
+def test_a_relay_depth_the_fleet_cannot_use_is_refused(value: str) -> None:
+    settings = Settings.load({"TIDEGATE_TOS_RELAY_DEPTH": value})
+    with pytest.raises(ConfigurationError, match="TIDEGATE_TOS_RELAY_DEPTH"):
+        settings.downstream("tos")
+
+
+def test_a_relay_with_a_commit_wait_is_refused() -> None:
+    """A relayed request may wait in the relay's queue after its ``sending`` mark, so a
+    commit wait counted from the mark could end before the request does."""
+    settings = Settings.load({"TIDEGATE_TOS_RELAY_DEPTH": "2", "TIDEGATE_TOS_MAX_REQUEST_S": "5"})
+    with pytest.raises(ConfigurationError, match="MAX_REQUEST_S"):
+        settings.downstream("tos")
+
+
+@pytest.mark.redis
+def test_a_relayed_downstream_is_called_through_the_lanes_of_a_pool_child(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    """A worker of a relayed downstream takes no lease; its client hands the call to the
+    lanes; a runtime that runs lanes (a Celery pool child) starts one, a runtime that does
+    not (an RQ job) starts none; stopping the lanes ends their threads."""
+    from tidegate.downstream import RelayTransport
+    from tidegate.flow import Gate
+    from tidegate.sim import TosSim
+
+    with TosSim(max_connections=2, service_s=0.0) as tos:
+        env = {
+            "TIDEGATE_TOS_URL": tos.url,
+            "TIDEGATE_TOS_CONCURRENCY": "2",
+            "TIDEGATE_TOS_RELAY_DEPTH": "2",
+            "TIDEGATE_PREFIX": prefix,
+        }
+        child = Runtime(redis_client, Settings.load(env), relay_lanes=True)
+        job = Runtime(redis_client, Settings.load(env))
+        try:
+            client = child.downstream("tos")
+            answer = client.send("/container-reports", {}, idempotency_key="relayed-1")
+            assert answer["idempotency_key"] == "relayed-1"
+            assert isinstance(client._http._transport, RelayTransport)
+            assert child.relay("tos") is not None
+            assert job.relay("tos") is None
+            assert not job.gate("tos").limit.leases
+            # The worker's admission took no lease; the lane's lease is the only one.
+            job.gate("tos").acquire(max_wait=0)
+            assert Gate(redis_client, "tos", prefix=prefix).state().leases_held <= 1
+        finally:
+            child.stop_relays()
+            for rt in (child, job):
+                for c in rt._clients.values():
+                    c.close()
+    assert tos.stats(timeline=False)["accepted"] == 1

@@ -18,7 +18,8 @@ import threading
 import redis
 
 from tidegate.delivery import Stores
-from tidegate.downstream import DownstreamClient
+from tidegate.downstream import DownstreamClient, RelayTransport
+from tidegate.downstream.relay import Relay, RelayPolicy
 from tidegate.errors import ConfigurationError
 from tidegate.flow import Gate
 from tidegate.flow.adaptive import (
@@ -41,10 +42,19 @@ class Runtime:
         client: tidegate's Redis.
         settings: the process's settings (:meth:`Settings.load`).
         prefix: overrides ``settings.prefix`` (a Celery app's ``tidegate_prefix``).
+        relay_lanes: run a relay lane in this process for each relayed downstream it
+            delivers to (:meth:`relay`). For a long-lived worker process (a Celery pool
+            child); not for one that ends with its job (an RQ work horse), whose
+            downstream's lanes run in ``tidegate relay NAME`` processes.
     """
 
     def __init__(
-        self, client: redis.Redis, settings: Settings, *, prefix: str | None = None
+        self,
+        client: redis.Redis,
+        settings: Settings,
+        *,
+        prefix: str | None = None,
+        relay_lanes: bool = False,
     ) -> None:
         self.client = client
         self.settings = settings
@@ -57,6 +67,8 @@ class Runtime:
         self._gates: dict[str, Gate] = {}
         self._clients: dict[str, DownstreamClient] = {}
         self._adaptive: dict[str, AdaptiveLoop] = {}
+        self._relays: dict[str, Relay] = {}
+        self._relay_lanes = relay_lanes
         self._lock = threading.Lock()
 
     def settings_of(self, name: str) -> DownstreamSettings:
@@ -64,12 +76,21 @@ class Runtime:
         return self.settings.downstream(name)
 
     def gate(self, name: str) -> Gate:
-        """The gate of downstream ``name`` (defaults from the settings)."""
-        policy = self.settings_of(name).gate
+        """The gate of downstream ``name`` (defaults from the settings).
+
+        For a relayed downstream it admits by the rate and the pause only: the relay's
+        lanes hold the concurrency leases (:meth:`relay`).
+        """
+        settings = self.settings_of(name)
         with self._lock:
             if name not in self._gates:
                 self._gates[name] = Gate(
-                    self.client, name, prefix=self.prefix, fail_open=self.fail_open, policy=policy
+                    self.client,
+                    name,
+                    prefix=self.prefix,
+                    fail_open=self.fail_open,
+                    policy=settings.gate,
+                    leases=settings.relay_depth is None,
                 )
             return self._gates[name]
 
@@ -130,5 +151,53 @@ class Runtime:
                     raise ConfigurationError(
                         f"no URL for downstream {name!r}: set TIDEGATE_{name.upper()}_URL"
                     )
-                self._clients[name] = DownstreamClient(name, url, feedback=gate, observer=observer)
-            return self._clients[name]
+                transport = None
+                if self.settings_of(name).relay_depth is not None:
+                    transport = RelayTransport(self.client, name, prefix=self.prefix)
+                self._clients[name] = DownstreamClient(
+                    name, url, feedback=gate, observer=observer, transport=transport
+                )
+            client = self._clients[name]
+        self.relay(name)
+        return client
+
+    def relay(self, name: str) -> Relay | None:
+        """This process's relay lane for ``name``, started on first use; ``None`` unless
+        ``TIDEGATE_<NAME>_RELAY_DEPTH`` is set and the runtime runs lanes.
+
+        Every process that delivers to a relayed downstream runs one lane: the gate's
+        concurrency cap lets that many of them hold a connection, and the others wait
+        on a lease, ready to take over when a lane's process dies or is recycled. One
+        lane a process spreads the lanes' work over the pool's processes (and GILs).
+        """
+        settings = self.settings_of(name)
+        if settings.relay_depth is None or not self._relay_lanes:
+            return None
+        with self._lock:
+            if name not in self._relays:
+                if not settings.url:
+                    raise ConfigurationError(
+                        f"no URL for downstream {name!r}: set TIDEGATE_{name.upper()}_URL"
+                    )
+                policy = RelayPolicy(depth=settings.relay_depth)
+                relay = Relay(
+                    self.client,
+                    name,
+                    settings.url,
+                    lanes=1,
+                    policy=policy,
+                    prefix=self.prefix,
+                    gate_policy=settings.gate,
+                )
+                self._relays[name] = relay.start()
+            return self._relays[name]
+
+    def stop_relays(self, timeout_s: float = 10.0) -> None:
+        """Stop this process's lanes: they take no more requests and answer those on
+        their connections (a pool child about to exit calls this; a lane that died with
+        its process would leave its workers waiting out their read timeout)."""
+        with self._lock:
+            relays = list(self._relays.values())
+            self._relays.clear()
+        for relay in relays:
+            relay.stop(timeout_s)

@@ -10,7 +10,8 @@ them is a :class:`~tidegate.errors.ConfigurationError` when the process starts, 
 when the first document of that kind arrives.
 
 The set of downstreams is open-ended (``TIDEGATE_<NAME>_RATE``, ``_BURST``,
-``_CONCURRENCY``, ``_LEASE_S``, ``_URL``, ``_MAX_REQUEST_S``, ``_ADAPTIVE…``), so a
+``_CONCURRENCY``, ``_LEASE_S``, ``_URL``, ``_MAX_REQUEST_S``, ``_RELAY_DEPTH``,
+``_ADAPTIVE…``), so a
 downstream's part is parsed from the same snapshot of the environment when it is first
 asked for, and kept. Gate values are only *defaults*: the live values are in Redis,
 where an operator retunes a running fleet with ``tidegate gate set``.
@@ -47,6 +48,7 @@ __all__ = [
     "MAX_LEASE_S",
     "MAX_PAUSE_S",
     "MAX_RATE",
+    "MAX_RELAY_DEPTH",
     "MIN_LEASE_S",
     "MIN_RATE",
     "PREFIX_PATTERN",
@@ -90,6 +92,8 @@ MAX_LEASE_S = 86_400.0
 MAX_PAUSE_S = 604_800.0
 #: What a key prefix may contain (it is part of every Redis key and SCAN pattern).
 PREFIX_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+#: Most requests a relay lane writes ahead on one connection (``_RELAY_DEPTH``).
+MAX_RELAY_DEPTH = 16
 #: Seconds between two orphan sweeps of the fleet (``TIDEGATE_SWEEP_INTERVAL_S``).
 DEFAULT_SWEEP_INTERVAL_S = 30.0
 
@@ -107,6 +111,9 @@ class DownstreamSettings:
             when ``_ADAPTIVE`` is unset.
         max_request_s: how long it may take to finish a request it received
             (``_MAX_REQUEST_S``), ``None`` for no commit wait.
+        relay_depth: ``_RELAY_DEPTH``: the fleet's calls go through the relay's lanes
+            (:mod:`tidegate.downstream.relay`), this many written ahead on each
+            connection; ``None`` (unset): every worker calls the downstream itself.
     """
 
     name: str
@@ -114,6 +121,7 @@ class DownstreamSettings:
     gate: GatePolicy
     adaptive: AdaptivePolicy | None
     max_request_s: float | None
+    relay_depth: int | None = None
 
 
 class Settings(BaseSettings):
@@ -220,7 +228,16 @@ class Settings(BaseSettings):
                 gate=gate_policy_from_env(name, self._environ),
                 adaptive=adaptive_policy_from_env(name, self._environ),
                 max_request_s=_seconds_or_none(self._environ, stem + "MAX_REQUEST_S"),
+                relay_depth=_relay_depth(self._environ, stem + "RELAY_DEPTH"),
             )
+            if parsed.relay_depth is not None and parsed.max_request_s is not None:
+                # The commit wait counts from the `sending` mark, and a relayed request
+                # may wait in the relay's queue after it: a lookup asked max_request_s
+                # later could still come before the request ends.
+                raise ConfigurationError(
+                    "RELAY_DEPTH and MAX_REQUEST_S cannot both be set yet: a relayed "
+                    "request may start after its commit wait began"
+                )
         except ConfigurationError as exc:
             raise ConfigurationError(f"downstream {name!r} ({stem}*): {exc}") from None
         with self._lock:
@@ -249,6 +266,17 @@ def _seconds_or_none(env: Mapping[str, str], key: str) -> float | None:
     if not (math.isfinite(seconds) and seconds >= 0):
         raise ConfigurationError(f"{key} must be a finite number >= 0, got {raw!r}")
     return seconds
+
+
+def _relay_depth(env: Mapping[str, str], key: str) -> int | None:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_RELAY_DEPTH:
+        raise ConfigurationError(
+            f"{key} must be a whole number in [1, {MAX_RELAY_DEPTH}], got {raw!r}"
+        )
+    return int(raw)
 
 
 def check_range(name: str, value: float, low: float, high: float) -> float:

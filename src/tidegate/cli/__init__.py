@@ -55,6 +55,7 @@ def _register() -> None:
     from tidegate.cli.intake import intake
     from tidegate.cli.monitor import metrics, monitor, watermarks
     from tidegate.cli.quarantine import quarantine
+    from tidegate.cli.relay import relay
 
     cli.add_command(gate)
     cli.add_command(edi)
@@ -66,6 +67,7 @@ def _register() -> None:
     cli.add_command(demo)
     cli.add_command(intake)
     cli.add_command(console)
+    cli.add_command(relay)
 
 
 _register()

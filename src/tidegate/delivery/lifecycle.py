@@ -32,7 +32,11 @@ written before the admission it would start it up to ``max_wait_s`` early — a 
 asked while the request still runs answers "not received", and the unit is sent twice.
 What the lease's hold should not contain is built before it (the downstream client,
 :meth:`tidegate.runtime.Runtime.stores`) or done without a wait (the renewer,
-:mod:`tidegate.flow.permit`).
+:mod:`tidegate.flow.permit`). A relayed downstream (:mod:`tidegate.downstream.relay`)
+takes no lease here at all: its lanes hold them, and the lifecycle is the same, the call
+going through the relay's transport. Its request may wait in the relay's queue after
+``sending``, which is why a relayed downstream cannot have a commit wait yet (the
+settings refuse ``_RELAY_DEPTH`` with ``_MAX_REQUEST_S``).
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ is Celery's own here is only where tidegate's Redis is: ``app.conf.tidegate_redi
 else ``TIDEGATE_REDIS_URL``, else the broker URL when the broker is Redis; and the key
 prefix may be ``app.conf.tidegate_prefix``. The rest comes from the settings
 (:class:`~tidegate.settings.Settings`), read once when the runtime is built.
+
+A pool child is long-lived, so it runs a relay lane for each relayed downstream it
+delivers to (:meth:`tidegate.runtime.Runtime.relay`), stopped when the child exits.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import threading
 
 from celery import Celery
+from celery.signals import worker_process_shutdown
 
 from tidegate._redis import client_from_url
 from tidegate.errors import ConfigurationError
@@ -50,5 +54,16 @@ def runtime(app: Celery) -> Runtime:
             settings = Settings.load()
             prefix = str(app.conf.get("tidegate_prefix") or settings.prefix)
             client = client_from_url(_redis_url(app, settings))
-            _RUNTIMES[key] = Runtime(client, settings, prefix=prefix)
+            _RUNTIMES[key] = Runtime(client, settings, prefix=prefix, relay_lanes=True)
         return _RUNTIMES[key]
+
+
+@worker_process_shutdown.connect
+def _stop_relay_lanes(**_: object) -> None:
+    """A pool child about to exit (a warm shutdown, ``max_tasks_per_child``) answers
+    what its relay lane has on the connection before it goes."""
+    pid = os.getpid()
+    with _LOCK:
+        mine = [rt for (owner, _app), rt in _RUNTIMES.items() if owner == pid]
+    for rt in mine:
+        rt.stop_relays()
