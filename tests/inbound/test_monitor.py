@@ -201,3 +201,31 @@ def test_the_quarantine_is_replayed_once_drained_never_past_mid_band(
     assert admission.submit(
         Inbound("new", ctx.classes["BULK_BL_PDF"], {"n": -1})
     ).queued  # and the intake is open
+
+
+def test_the_desired_workers_of_a_relayed_downstream_fill_its_pipelines(
+    make: Callable[..., Monitor],
+    producer: Celery,
+    redis_client: redis.Redis,
+    prefix: str,
+    queues: dict[str, str],
+) -> None:
+    """With TIDEGATE_TOS_RELAY_DEPTH=2 the monitor sizes the TOS pool for two requests
+    on each of its connections: 4 × (2 + 0.02 / 0.05) → 10, + 1; without it, 7."""
+    from tidegate.ops.monitor import gate_view
+    from tidegate.settings import Settings
+
+    tos_queue = queues["customs"]
+    gate = Gate(redis_client, "tos", prefix=prefix)
+    gate.configure(rate=1000.0, burst=100, concurrency=4)
+    policy = ScalingPolicy(backlog_per_worker=1, service_s=0.05, overhead_s=0.02, max_workers=64)
+    fill(producer, tos_queue, 200)
+    relayed = make(
+        specs=[QueueSpec(tos_queue, "tos", policy)],
+        settings=Settings.load({"TIDEGATE_TOS_RELAY_DEPTH": "2"}),
+    )
+
+    (entry,) = relayed.tick()
+
+    assert entry.state.quota_workers == entry.state.desired_workers == 11
+    assert gate_view(gate).quota(0.05, 0.02).workers == 7

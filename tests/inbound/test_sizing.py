@@ -86,3 +86,16 @@ def test_the_pool_covers_every_connection_cycle(cap: int, service: float, overhe
 def test_nonsense_is_a_configuration_error(call: object) -> None:
     with pytest.raises(ConfigurationError):
         call()  # type: ignore[operator]
+
+
+def test_a_relay_needs_connections_times_depth_requests_outstanding() -> None:
+    """Two requests on each of 4 connections (one in service, one written ahead), 20 ms
+    of bookkeeping on 50-ms calls: 4 × (2 + 0.4) = 9.6 → 10 workers, + 1 spare. Depth 1
+    is the per-call rule."""
+    relayed = pool_size(rate=1000.0, concurrency=4, service_s=0.05, overhead_s=0.02, depth=2)
+
+    assert (relayed.workers, relayed.basis) == (11, "connections")
+    assert relayed.reason == "connections × depth: ceil(4 × (2 + 0.02 s / 0.05 s)) + 1 spare = 11"
+    assert connection_workers(4, 0.05, 0.02, depth=1) == connection_workers(4, 0.05, 0.02)
+    with pytest.raises(ConfigurationError, match="depth"):
+        connection_workers(4, 0.05, 0.02, depth=0)

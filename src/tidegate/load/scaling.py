@@ -85,6 +85,8 @@ class GateView:
         wait_s: how long a new admission would wait for its token: the reservation
             horizon (GCRA TAT) minus the burst allowance. Above one token interval,
             workers are already queued behind each other for tokens.
+        relay_depth: requests a relay keeps on each connection (1: no relay); the
+            pool must keep ``concurrency × relay_depth`` of them outstanding.
     """
 
     name: str
@@ -95,6 +97,7 @@ class GateView:
     leases_held: int = 0
     tokens_available: int = 1
     wait_s: float = 0.0
+    relay_depth: int = 1
 
     def bottleneck(self) -> str | None:
         """Why the downstream, not the worker count, limits the drain — or ``None``."""
@@ -120,6 +123,7 @@ class GateView:
             concurrency=self.concurrency,
             service_s=service_s,
             overhead_s=overhead_s,
+            depth=self.relay_depth,
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -18,6 +18,11 @@ The pool needs the smaller of the two when both limits apply. The overhead is me
 not guessed: :func:`overhead_from_busy_share` reads it back from a run whose pool had no
 more processes than connections (each connection then follows one worker's cycle).
 
+With a relay (:mod:`tidegate.downstream.relay`) each connection carries ``depth``
+requests at once, one in service and the rest written ahead, so the pool must keep
+``cap × depth`` requests outstanding and still cover its overhead: ``cap × (depth + o / s)``
+workers, plus the spare (depth 1 is the rule above).
+
 What no pool size buys back is the part of a cycle spent *with the lease held and no
 request in service* — the admission's reply, the ledger's ``sending`` write, the HTTP
 exchange's own overhead, the release: call it ``h``. The lease is held ``s + h``, so a
@@ -57,21 +62,29 @@ def _check(service_s: float, overhead_s: float) -> None:
 
 
 def connection_workers(
-    concurrency: int, service_s: float, overhead_s: float, *, spare: int = DEFAULT_SPARE_WORKERS
+    concurrency: int,
+    service_s: float,
+    overhead_s: float,
+    *,
+    spare: int = DEFAULT_SPARE_WORKERS,
+    depth: int = 1,
 ) -> int:
-    """Workers that keep ``concurrency`` connections busy: ``ceil(cap × (s + o) / s) + spare``.
+    """Workers that keep ``concurrency`` connections busy, ``depth`` requests on each:
+    ``ceil(cap × (depth + o / s)) + spare``.
 
     Example::
 
         >>> connection_workers(4, 0.05, 0.02)   # 4 × 0.07 / 0.05 = 5.6 → 6, + 1 spare
         7
+        >>> connection_workers(4, 0.05, 0.02, depth=2)   # 4 × (2 + 0.4) = 9.6 → 10, + 1
+        11
     """
     _check(service_s, overhead_s)
-    if concurrency < 1 or spare < 0:
+    if concurrency < 1 or spare < 0 or depth < 1:
         raise ConfigurationError(
-            f"need concurrency >= 1 and spare >= 0, got {concurrency}, {spare}"
+            f"need concurrency >= 1, spare >= 0 and depth >= 1, got {concurrency}, {spare}, {depth}"
         )
-    return math.ceil(concurrency * (service_s + overhead_s) / service_s - _EPS) + spare
+    return math.ceil(concurrency * (depth + overhead_s / service_s) - _EPS) + spare
 
 
 def rate_workers(rate: float, service_s: float, overhead_s: float) -> int:
@@ -104,9 +117,11 @@ def pool_size(
     service_s: float,
     overhead_s: float = 0.0,
     spare: int = DEFAULT_SPARE_WORKERS,
+    depth: int = 1,
 ) -> PoolSize:
     """The workers a downstream limited by ``rate`` (0 = none) and ``concurrency``
-    (0 = no cap) can keep busy, whichever limit binds first.
+    (0 = no cap) can keep busy, whichever limit binds first; ``depth``: requests a
+    relay keeps on each connection.
 
     Raises:
         ConfigurationError: neither limit is set, or a time is not finite and positive.
@@ -119,11 +134,17 @@ def pool_size(
     _check(service_s, overhead_s)
     sizes: list[PoolSize] = []
     if concurrency > 0:
-        n = connection_workers(concurrency, service_s, overhead_s, spare=spare)
-        reason = (
-            f"connections: ceil({concurrency} × ({service_s:g} + {overhead_s:g}) s / "
-            f"{service_s:g} s) + {spare} spare = {n}"
-        )
+        n = connection_workers(concurrency, service_s, overhead_s, spare=spare, depth=depth)
+        if depth == 1:
+            reason = (
+                f"connections: ceil({concurrency} × ({service_s:g} + {overhead_s:g}) s / "
+                f"{service_s:g} s) + {spare} spare = {n}"
+            )
+        else:
+            reason = (
+                f"connections × depth: ceil({concurrency} × ({depth} + {overhead_s:g} s / "
+                f"{service_s:g} s)) + {spare} spare = {n}"
+            )
         sizes.append(PoolSize(n, "connections", reason))
     if rate > 0:
         n = rate_workers(rate, service_s, overhead_s)

@@ -97,8 +97,9 @@ class QueueSpec:
     policy: ScalingPolicy = field(default_factory=ScalingPolicy)
 
 
-def gate_view(gate: Gate) -> GateView:
-    """Read a gate's live policy, pause, leases and reservation horizon."""
+def gate_view(gate: Gate, *, relay_depth: int = 1) -> GateView:
+    """Read a gate's live policy, pause, leases and reservation horizon;
+    ``relay_depth``: the downstream's ``TIDEGATE_<NAME>_RELAY_DEPTH`` (1 when unset)."""
     state = gate.state()
     snap = gate.backend.snapshot(gate.limit.keys)
     policy = state.policy
@@ -114,6 +115,7 @@ def gate_view(gate: Gate) -> GateView:
         leases_held=state.leases_held,
         tokens_available=state.tokens_available,
         wait_s=round(wait_ms / 1000.0, 4),
+        relay_depth=relay_depth,
     )
 
 
@@ -186,7 +188,8 @@ class Monitor:
         self.interval_s = interval_s
         self.admission = admission
         self.replay_rate = replay_rate
-        marks = (settings if settings is not None else Settings.load({})).watermarks
+        settings = settings if settings is not None else Settings.load({})
+        marks = settings.watermarks
         self.watermarks = watermarks or WatermarkStore(client, prefix=prefix, defaults=marks)
         self.board = LoadBoard(client, prefix=prefix)
         self.quarantine = Quarantine(client, prefix=prefix)
@@ -194,6 +197,9 @@ class Monitor:
         self.states: dict[str, LoadState] = {q: LoadState(q) for q in self.specs}
         self.leader = False
         self._gates = {s.gate: Gate(client, s.gate, prefix=prefix) for s in specs if s.gate}
+        self._relay_depths = {
+            name: settings.downstream(name).relay_depth or 1 for name in self._gates
+        }
         self._lease_key = Keyspace(prefix).monitor_lease()
         self._lease = client.register_script(lua_script("monitor_lease", "tidegate.load"))
         self._clock = clock
@@ -235,7 +241,11 @@ class Monitor:
         entries = []
         for queue in queues:
             spec = self.specs[queue]
-            gate = gate_view(self._gates[spec.gate]) if spec.gate else None
+            gate = (
+                gate_view(self._gates[spec.gate], relay_depth=self._relay_depths[spec.gate])
+                if spec.gate
+                else None
+            )
             previous = self.states[queue]
             state = advance(
                 previous, depths[queue].total, marks[queue], gate=gate, policy=spec.policy
