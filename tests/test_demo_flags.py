@@ -447,3 +447,37 @@ def test_keep_logs_keeps_them_and_says_where(runners: Recorder, args: list[str])
     folder = Path(tempfile.gettempdir()) / kept[0]
     assert f"logs: {folder}" in result.output
     assert (folder / "worker-customs.log").is_file()
+
+
+def test_the_vessel_demo_relays_the_tos_unless_told_not_to(runners: Recorder) -> None:
+    """By default the TOS calls go through the relay, two on each connection; 0 sends
+    them from the workers, a lease per call; the pool is sized for either."""
+    relayed = demo()
+    direct = demo("--tos-relay-depth", "0")
+
+    assert relayed.exit_code == 0, relayed.output
+    assert direct.exit_code == 0, direct.output
+    config_relayed, config_direct = runners.calls[0]["config"], runners.calls[1]["config"]
+    assert config_relayed.tos_relay_depth == 2
+    assert config_direct.tos_relay_depth is None
+    assert "each kept by a relay lane with 2 requests on it" in relayed.output
+    assert vessel_demo.tos_pool(config_relayed).workers == 11
+    assert vessel_demo.tos_pool(config_direct).workers == 7
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--chaos", "poison", "--tos-relay-depth", "2"],
+        ["--scenario", "adaptive", "--tos-relay-depth", "2"],
+        ["--engine", "rq", "--tos-relay-depth", "2"],
+    ],
+)
+def test_the_relay_depth_is_refused_where_no_run_reads_it(
+    runners: Recorder, args: list[str]
+) -> None:
+    result = demo(*args)
+
+    assert result.exit_code == 2, result.output
+    assert "--tos-relay-depth" in result.output
+    assert runners.calls == []

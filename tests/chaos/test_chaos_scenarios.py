@@ -26,8 +26,8 @@ from tidegate.integrations.celery.preset import UNACKED_MUTEX_EXPIRE_S
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.slow]
 
 
-def _run(kind: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    report, _ = run_chaos(preset(kind, "test"))
+def _run(kind: Any, **tuned: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    report, _ = run_chaos(preset(kind, "test").tuned(**tuned))
     checks = {c["name"]: c for c in report["chaos"]["checks"]}
     return report, checks
 
@@ -50,7 +50,8 @@ def _assert_invariant(report: dict[str, Any]) -> None:
     assert report["chaos"]["unaccounted_keys"] == []
 
 
-def test_kill_workers(redis_binary: str) -> None:
+@pytest.mark.parametrize("relay_depth", [None, 2], ids=["per-call-lease", "relay"])
+def test_kill_workers(redis_binary: str, relay_depth: int | None) -> None:
     """SIGKILL pool children and worker main processes through the burst.
 
     Children: ``reject_on_worker_lost`` requeues their message at once. Mains: their
@@ -59,9 +60,11 @@ def test_kill_workers(redis_binary: str) -> None:
     also takes one message off the broker — what a main killed between kombu's BRPOP
     and its unacked write loses — and tidegate's orphan sweep must give it back. A
     killed lease holder's TOS slot expires; the TOS never sees more than its 4
-    connections.
+    connections. With the relay (``relay``) a killed child may be a lane with requests
+    on its connection: they are answered as in doubt, looked up and resent, and a
+    standby lane takes the connection once the lease expires.
     """
-    report, checks = _run("kill-workers")
+    report, checks = _run("kill-workers", tos_relay_depth=relay_depth)
     chaos = report["chaos"]
 
     _assert_invariant(report)

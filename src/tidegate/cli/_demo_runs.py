@@ -115,6 +115,7 @@ def vessel_scenario(
     broker_url: str | None = None,
     *,
     console_on: bool = False,
+    tos_relay_depth: int | None = None,
 ) -> None:
     from tidegate.harness.run_broker import run_broker_for
     from tidegate.harness.scenarios.vessel import VesselConfig, run_vessel_demo, tos_pool
@@ -125,13 +126,19 @@ def vessel_scenario(
         customs_burst=customs_burst,
         workers=workers,
         seed=seed,
+        tos_relay_depth=tos_relay_depth,
     )
     limits = {"customs": f"{customs_rate:g}/s", "tos": f"{config.tos_connections} connections"}
     console.print(
         f"[bold]A vessel berths:[/] {interchanges} interchanges hit {workers} customs and "
         f"{tos_pool(config).workers} TOS worker processes. The customs gateway accepts "
         f"{customs_rate:g}/s (burst {customs_burst}); the terminal system "
-        f"{config.tos_connections} connections."
+        f"{config.tos_connections} connections"
+        + (
+            f", each kept by a relay lane with {tos_relay_depth} requests on it."
+            if tos_relay_depth
+            else "."
+        )
     )
     with contextlib.ExitStack() as stack:
         run_broker = stack.enter_context(run_broker_for(broker_url))

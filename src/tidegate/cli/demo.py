@@ -61,7 +61,7 @@ _VESSEL = frozenset(
 #: The parameters each run reads ("chaos" is the vessel burst under ``--chaos``); any
 #: other demo flag given to it is refused.
 ACCEPTS: Mapping[str, frozenset[str]] = {
-    "vessel": _VESSEL | {"console_on"},
+    "vessel": _VESSEL | {"console_on", "tos_relay_depth"},
     "chaos": _VESSEL,
     "bulk": frozenset({"bls", "workers", "seed", "json_path", "keep_logs"}),
     "overload": frozenset(
@@ -225,6 +225,15 @@ def check_flags(ctx: click.Context) -> str:
     help="vessel (also with --chaos kill-workers): the worker engine the burst runs on.",
 )
 @click.option(
+    "--tos-relay-depth",
+    type=click.IntRange(0, 16),
+    default=2,
+    show_default=True,
+    help="vessel (Celery): send the TOS calls through the relay's lanes, this many "
+    "requests written ahead on each of its connections; 0: each worker calls the TOS "
+    "itself, a lease per call.",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -265,6 +274,7 @@ def demo(
     chaos_kind: str | None,
     broker: str | None,
     engine: str,
+    tos_relay_depth: int,
     json_path: Path | None,
     plot_path: Path | None,
     console_on: bool,
@@ -279,9 +289,10 @@ def demo(
             "it does not take --broker",
             ctx=ctx,
         )
-    if engine == "rq" and (broker is not None or console_on):
+    if engine == "rq" and (broker is not None or console_on or _given(ctx, "tos_relay_depth")):
         raise click.UsageError(
-            "--engine rq runs RQ workers on Redis: it takes neither --broker nor --console",
+            "--engine rq runs RQ workers on Redis: it takes neither --broker, --console "
+            "nor --tos-relay-depth",
             ctx=ctx,
         )
     try:
@@ -326,6 +337,7 @@ def demo(
                 keep_logs,
                 broker,
                 console_on=console_on,
+                tos_relay_depth=tos_relay_depth or None,
             )
     except BrokerUnreachable as exc:
         raise TidegateCLIError(str(exc)) from None

@@ -185,6 +185,11 @@ def worker_env(
         "TIDEGATE_TOS_BURST": "100",
         "TIDEGATE_TOS_CONCURRENCY": str(config.tos_connections),
         "TIDEGATE_MAX_WAIT_S": repr(config.max_wait_s),
+        **(
+            {"TIDEGATE_TOS_RELAY_DEPTH": str(config.tos_relay_depth)}
+            if config.tos_relay_depth
+            else {}
+        ),
     }
 
 

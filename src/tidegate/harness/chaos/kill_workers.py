@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, cast
 
+from tidegate.downstream.relay import DEFAULT_IDLE_S
 from tidegate.harness.chaos.scenario import _leases, _Scenario
 from tidegate.harness.chaos.steals import TakenMessage, classify, swept_back
 from tidegate.harness.chaos.verdict import Check, _check, _events, _explain_duplicates, _reconciled
@@ -122,6 +123,10 @@ class _KillWorkers(_Scenario):
         # leases the time to expire (a real condition, polled), then look.
         last_kill = max((k["wall"] for k in self.kills), default=0.0)
         deadline = last_kill + self.config.timing.lease_s + 1.0
+        if self.config.vessel.tos_relay_depth:
+            # A relay lane gives its lease back once it had nothing to send for its idle
+            # time; the lanes of the killed processes expire like any holder's.
+            deadline = max(deadline, time.time() + DEFAULT_IDLE_S + 1.0)
         while _leases(run.client, run.prefix, "tos")[0] and time.time() < deadline:
             time.sleep(0.1)
         data = super().collect(run)

@@ -119,6 +119,10 @@ class VesselConfig:
     max_wait_s: float = 10.0
     tos_workers: int | None = None
     tos_overhead_s: float = TOS_OVERHEAD_S
+    #: Send the TOS calls through the relay's pipelined lanes, this many requests on
+    #: each connection (``TIDEGATE_TOS_RELAY_DEPTH``); ``None``: each worker calls the
+    #: TOS itself under a lease per call.
+    tos_relay_depth: int | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     app: str = "tidegate.harness.vessel_app"
     #: Post the burst to a real intake service (:mod:`tidegate.harness.front_door`) rather
@@ -436,4 +440,5 @@ def tos_pool(config: VesselConfig) -> PoolSize:
         concurrency=config.tos_connections,
         service_s=config.tos_service_s,
         overhead_s=config.tos_overhead_s,
+        depth=config.tos_relay_depth or 1,
     )
