@@ -169,3 +169,28 @@ def test_an_idle_lane_gives_its_lease_back(
         with _client(redis_client, prefix, tos.url) as client:
             assert client.send(_PATH, {}, idempotency_key="two")["idempotency_key"] == "two"
     assert tos.stats(timeline=False)["accepted"] == 2
+
+
+def test_a_malformed_item_on_the_list_is_dropped_and_the_lane_goes_on(
+    redis_client: redis.Redis, prefix: str, tos: TosSim
+) -> None:
+    """Nothing but RelayTransport writes the list; if something else did, the lane logs
+    it (without its content) and serves the next request."""
+    from structlog.testing import capture_logs
+
+    Gate(redis_client, "tos", prefix=prefix).configure(concurrency=1)
+    redis_client.rpush(Keyspace(prefix).relay_requests("tos"), b"\x00not json")
+    with (
+        capture_logs() as logs,
+        Relay(redis_client, "tos", tos.url, prefix=prefix),
+        _client(redis_client, prefix, tos.url) as client,
+    ):
+        assert client.send(_PATH, {}, idempotency_key="after")["idempotency_key"] == "after"
+    malformed = [e for e in logs if e["event"] == "relay_request_malformed"]
+    expected = {
+        "event": "relay_request_malformed",
+        "downstream": "tos",
+        "component": "tidegate.relay",
+        "log_level": "error",
+    }
+    assert malformed == [expected]
