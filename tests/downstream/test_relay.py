@@ -194,3 +194,18 @@ def test_a_malformed_item_on_the_list_is_dropped_and_the_lane_goes_on(
         "log_level": "error",
     }
     assert malformed == [expected]
+
+
+def test_a_base_url_with_a_path_reaches_the_same_path_through_the_relay(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    """The worker's client builds the whole path from its base URL; the lane sends it as
+    it is (it once put its own base path in front a second time)."""
+    with TosSim(max_connections=1, service_s=0.0, path="/api/container-reports") as tos:
+        Gate(redis_client, "tos", prefix=prefix).configure(concurrency=1)
+        base = f"{tos.url}/api"
+        with (
+            Relay(redis_client, "tos", base, prefix=prefix),
+            _client(redis_client, prefix, base) as client,
+        ):
+            assert client.send(_PATH, {}, idempotency_key="p")["idempotency_key"] == "p"

@@ -59,7 +59,8 @@ class PipelinedConnection:
     """A kept-alive connection to ``base_url``'s host, requests written ahead.
 
     Args:
-        base_url: ``http://`` or ``https://`` URL; its path prefixes every target.
+        base_url: ``http://`` or ``https://`` URL: where to connect. A request's target
+            is its whole path (what the worker's client built from its own base URL).
         connect_timeout_s: seconds to open the connection.
         read_timeout_s: seconds an answer may take to arrive in full, from the moment
             :meth:`read` starts waiting for it.
@@ -85,7 +86,6 @@ class PipelinedConnection:
         self._tls = parts.scheme == "https"
         self._address = (parts.hostname, parts.port or (443 if self._tls else 80))
         self._host = parts.netloc.rpartition("@")[2]
-        self._base_path = parts.path.rstrip("/")
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._ssl_context = ssl_context
@@ -111,9 +111,7 @@ class PipelinedConnection:
         extra = [] if "host" in names else [("Host", self._host)]
         if "content-length" not in names:
             extra.append(("Content-Length", str(len(body))))
-        request = h11.Request(
-            method=method, target=self._base_path + target, headers=[*extra, *headers]
-        )
+        request = h11.Request(method=method, target=target, headers=[*extra, *headers])
         data = machine.send(request) or b""
         if body:
             data += machine.send(h11.Data(data=body)) or b""

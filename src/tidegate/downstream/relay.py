@@ -189,7 +189,9 @@ class Relay:
                 max_wait = _FIRST_LEASE_WAIT_S if first is not None else _LEASE_WAIT_S
                 with self._gate.slot(max_wait=max_wait):
                     waiting_for_lease = False
-                    self._hold(index, first)
+                    # From here _hold owns it: it writes it, answers it or puts it back.
+                    taken, first = first, None
+                    self._hold(index, taken)
             except Throttled:
                 if first is not None:
                     self._put_back(first)
@@ -199,6 +201,14 @@ class Relay:
                     self._put_back(first)
                 log.warning(
                     "relay_lane_backend_error", downstream=self.name, lane=index, error=str(exc)
+                )
+                self._stop.wait(_POLL_S)
+            except Exception as exc:
+                # A lane that died would leave the fleet one connection short for good.
+                if first is not None:
+                    self._put_back(first)
+                log.error(
+                    "relay_lane_failed", downstream=self.name, lane=index, error=type(exc).__name__
                 )
                 self._stop.wait(_POLL_S)
 
