@@ -11,9 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis.asyncio
 
-from tidegate.flow.backends import ManualClock, MemoryBackend
-from tidegate.flow.backends.redis import RedisBackend
+from tidegate.flow.backends import AsyncMemoryBackend, ManualClock, MemoryBackend
+from tidegate.flow.backends.redis import AsyncRedisBackend, RedisBackend
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
@@ -42,3 +43,15 @@ def make(backend: Any, prefix: str) -> Callable[..., Any]:
         return cls(backend, name, prefix=prefix, **kwargs)
 
     return build
+
+
+@pytest.fixture(params=BACKENDS)
+def async_backend_factory(request: pytest.FixtureRequest, clock: ManualClock) -> Callable[[], Any]:
+    """An asyncio backend on the shared manual clock, as a factory: an asyncio Redis
+    client belongs to the event loop that uses it, so each test builds it in its own."""
+    if request.param == "memory":
+        inner = MemoryBackend(clock)
+        return lambda: AsyncMemoryBackend(inner)
+    request.getfixturevalue("redis_client")  # deletes this test's keys afterwards
+    url = request.getfixturevalue("redis_url")
+    return lambda: AsyncRedisBackend(redis.asyncio.Redis.from_url(url), clock=clock)

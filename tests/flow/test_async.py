@@ -7,32 +7,15 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-import redis.asyncio
 
 from tidegate.errors import Throttled
 from tidegate.flow import AsyncConcurrencyLimiter, AsyncGate, AsyncRateLimiter
-from tidegate.flow.backends import AsyncMemoryBackend, ManualClock, MemoryBackend
-from tidegate.flow.backends.redis import AsyncRedisBackend
+from tidegate.flow.backends import ManualClock
 from tidegate.settings import GatePolicy
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("memory", id="memory"),
-        pytest.param("redis", marks=pytest.mark.redis, id="redis"),
-    ]
-)
-def async_backend_factory(request: pytest.FixtureRequest, clock: ManualClock) -> Callable[[], Any]:
-    """A factory, because an asyncio Redis client belongs to the loop that uses it."""
-    if request.param == "memory":
-        inner = MemoryBackend(clock)
-        return lambda: AsyncMemoryBackend(inner)
-    url = request.getfixturevalue("redis_url")
-    return lambda: AsyncRedisBackend(redis.asyncio.Redis.from_url(url), clock=clock)
 
 
 def test_async_rate_limiter_matches_sync_behaviour(

@@ -14,12 +14,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-import redis.asyncio
 
 from tidegate.errors import Throttled
 from tidegate.flow import AsyncGate, Gate
-from tidegate.flow.backends import AsyncMemoryBackend, ManualClock, MemoryBackend
-from tidegate.flow.backends.redis import AsyncRedisBackend
+from tidegate.flow.backends import ManualClock
 from tidegate.settings import GatePolicy
 
 #: One lease, a rate that does not get in the way (burst 10).
@@ -28,22 +26,6 @@ ONE_LEASE = GatePolicy(rate=100.0, burst=10, concurrency=1, lease_s=10)
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("memory", id="memory"),
-        pytest.param("redis", marks=pytest.mark.redis, id="redis"),
-    ]
-)
-def async_backend_factory(request: pytest.FixtureRequest, clock: ManualClock) -> Callable[[], Any]:
-    """A factory, because an asyncio Redis client belongs to the loop that uses it."""
-    if request.param == "memory":
-        inner = MemoryBackend(clock)
-        return lambda: AsyncMemoryBackend(inner)
-    request.getfixturevalue("redis_client")  # deletes this test's keys afterwards
-    url = request.getfixturevalue("redis_url")
-    return lambda: AsyncRedisBackend(redis.asyncio.Redis.from_url(url), clock=clock)
 
 
 def _pair(make: Callable[..., Any], policy: GatePolicy = ONE_LEASE) -> tuple[Gate, Gate]:

@@ -38,22 +38,6 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("memory", id="memory"),
-        pytest.param("redis", marks=pytest.mark.redis, id="redis"),
-    ]
-)
-def async_backend_factory(request: pytest.FixtureRequest, clock: ManualClock) -> Callable[[], Any]:
-    """A factory, because an asyncio Redis client belongs to the loop that uses it."""
-    if request.param == "memory":
-        inner = MemoryBackend(clock)
-        return lambda: AsyncMemoryBackend(inner)
-    request.getfixturevalue("redis_client")  # deletes this test's keys afterwards
-    url = request.getfixturevalue("redis_url")
-    return lambda: AsyncRedisBackend(redis.asyncio.Redis.from_url(url), clock=clock)
-
-
 # --- sync, manual clock -----------------------------------------------------------------
 
 

@@ -14,13 +14,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-import redis.asyncio
 
 from tidegate.errors import Throttled
 from tidegate.flow import AsyncGate, Gate
-from tidegate.flow.backends import AsyncMemoryBackend, ManualClock, MemoryBackend
+from tidegate.flow.backends import ManualClock
 from tidegate.flow.backends.base import Backend
-from tidegate.flow.backends.redis import AsyncRedisBackend
 from tidegate.settings import GatePolicy
 
 #: One admission a second, no burst: the second caller's slot is one second away.
@@ -127,20 +125,6 @@ class _AsyncPausedWhileSleeping:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("memory", id="memory"),
-        pytest.param("redis", marks=pytest.mark.redis, id="redis"),
-    ]
-)
-def async_backend_factory(request: pytest.FixtureRequest, clock: ManualClock) -> Callable[[], Any]:
-    if request.param == "memory":
-        inner = MemoryBackend(clock)
-        return lambda: AsyncMemoryBackend(inner)
-    url = request.getfixturevalue("redis_url")
-    return lambda: AsyncRedisBackend(redis.asyncio.Redis.from_url(url), clock=clock)
 
 
 def test_the_async_gate_honours_a_pause_during_the_slot_wait(
