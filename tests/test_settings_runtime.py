@@ -190,15 +190,31 @@ def test_stores_build_the_downstream_client_before_the_unit_takes_a_lease(
 
 @pytest.mark.parametrize("value", ["0", "17", "two", "-1", "1.5"])
 def test_a_relay_depth_the_fleet_cannot_use_is_refused(value: str) -> None:
-    settings = Settings.load({"TIDEGATE_TOS_RELAY_DEPTH": value})
+    settings = Settings.load({"TIDEGATE_TOS_RELAY_DEPTH": value, "TIDEGATE_TOS_CONCURRENCY": "4"})
     with pytest.raises(ConfigurationError, match="TIDEGATE_TOS_RELAY_DEPTH"):
         settings.downstream("tos")
+
+
+def test_a_relay_without_a_concurrency_cap_is_refused() -> None:
+    """A lane holds one connection under one of the cap's leases: with no cap, every
+    process's lane would open one."""
+    settings = Settings.load({"TIDEGATE_TOS_RELAY_DEPTH": "2"})
+    with pytest.raises(ConfigurationError, match="CONCURRENCY"):
+        settings.downstream("tos")
+    capped = Settings.load({"TIDEGATE_TOS_RELAY_DEPTH": "2", "TIDEGATE_TOS_CONCURRENCY": "4"})
+    assert capped.downstream("tos").relay_depth == 2
 
 
 def test_a_relay_with_a_commit_wait_is_refused() -> None:
     """A relayed request may wait in the relay's queue after its ``sending`` mark, so a
     commit wait counted from the mark could end before the request does."""
-    settings = Settings.load({"TIDEGATE_TOS_RELAY_DEPTH": "2", "TIDEGATE_TOS_MAX_REQUEST_S": "5"})
+    settings = Settings.load(
+        {
+            "TIDEGATE_TOS_RELAY_DEPTH": "2",
+            "TIDEGATE_TOS_CONCURRENCY": "4",
+            "TIDEGATE_TOS_MAX_REQUEST_S": "5",
+        }
+    )
     with pytest.raises(ConfigurationError, match="MAX_REQUEST_S"):
         settings.downstream("tos")
 

@@ -238,6 +238,13 @@ class Settings(BaseSettings):
                     "RELAY_DEPTH and MAX_REQUEST_S cannot both be set yet: a relayed "
                     "request may start after its commit wait began"
                 )
+            if parsed.relay_depth is not None and parsed.gate.concurrency < 1:
+                # One lane per connection: without a cap every process's lane would
+                # open one, and nothing would bound the downstream's connections.
+                raise ConfigurationError(
+                    "RELAY_DEPTH needs CONCURRENCY (the downstream's connections, one "
+                    "relay lane each)"
+                )
         except ConfigurationError as exc:
             raise ConfigurationError(f"downstream {name!r} ({stem}*): {exc}") from None
         with self._lock:

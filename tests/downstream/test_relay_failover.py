@@ -42,6 +42,7 @@ def _relay_process(log: Path, redis_url: str, prefix: str, tos_url: str) -> subp
         "TIDEGATE_PREFIX": prefix,
         "TIDEGATE_TOS_URL": tos_url,
         "TIDEGATE_TOS_RELAY_DEPTH": "2",
+        "TIDEGATE_TOS_CONCURRENCY": "1",
     }
     with log.open("wb") as err:
         process = subprocess.Popen(

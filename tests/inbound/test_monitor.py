@@ -222,7 +222,7 @@ def test_the_desired_workers_of_a_relayed_downstream_fill_its_pipelines(
     fill(producer, tos_queue, 200)
     relayed = make(
         specs=[QueueSpec(tos_queue, "tos", policy)],
-        settings=Settings.load({"TIDEGATE_TOS_RELAY_DEPTH": "2"}),
+        settings=Settings.load({"TIDEGATE_TOS_RELAY_DEPTH": "2", "TIDEGATE_TOS_CONCURRENCY": "4"}),
     )
 
     (entry,) = relayed.tick()

@@ -40,7 +40,10 @@ __all__ = ["relay"]
 def relay(name: str, lanes: int | None, redis_url: str | None, prefix: str) -> None:
     """Send downstream NAME's calls from the fleet over pipelined connections, until
     SIGTERM or Ctrl-C (the lanes answer what they have in flight, then exit)."""
-    settings = process_settings().downstream(name)
+    try:
+        settings = process_settings().downstream(name)
+    except ConfigurationError as exc:
+        raise TidegateCLIError(str(exc)) from None
     if not settings.url:
         raise TidegateCLIError(f"no URL for downstream {name!r}: set TIDEGATE_{name.upper()}_URL")
     if settings.relay_depth is None:
