@@ -134,7 +134,8 @@ class Runtime:
 
     def downstream(self, name: str, base_url: str | None = None) -> DownstreamClient:
         """This process's HTTP client for ``name``; it reports every 429 to the gate and,
-        for an adaptive downstream, every call to the fleet's controller.
+        for an adaptive downstream, every call to the fleet's controller. For a relayed
+        one it hands each call to the relay, and building it starts this process's lane.
 
         ``base_url`` defaults to ``TIDEGATE_<NAME>_URL``.
 
@@ -145,7 +146,8 @@ class Runtime:
         loop = self.adaptive(name)
         observer = None if loop is None else AdaptiveReporter(loop.controller, gate)
         with self._lock:
-            if name not in self._clients:
+            built = name not in self._clients
+            if built:
                 url = base_url or self.settings_of(name).url
                 if not url:
                     raise ConfigurationError(
@@ -158,7 +160,8 @@ class Runtime:
                     name, url, feedback=gate, observer=observer, transport=transport
                 )
             client = self._clients[name]
-        self.relay(name)
+        if built:  # once, not on every unit's call (relay() takes the lock again)
+            self.relay(name)
         return client
 
     def relay(self, name: str) -> Relay | None:
